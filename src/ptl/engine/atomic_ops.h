@@ -1,0 +1,24 @@
+// The atomic operation × datatype table (§3.15.4, digest §10) and its arithmetic.
+#pragma once
+
+#include <portals4.h>
+
+#include <cstddef>
+
+namespace ptl::atomics {
+
+enum class Call { Atomic, FetchAtomic, Swap };
+
+// Size in bytes of one element of `dt`; 0 for an unknown datatype.
+size_t datatype_size(ptl_datatype_t dt);
+
+// Whether `op` on `dt` is legal for the given call (Table 3-4, digest §10.2).
+bool legal(ptl_op_t op, ptl_datatype_t dt, Call call);
+
+// Applies `op` element by element to `len` bytes at `target`, with initiator data `src`
+// and, for the CSWAP family and MSWAP, the single `operand` element. `target` and `src`
+// need no alignment. Integer arithmetic wraps (two's complement).
+void apply(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
+           size_t len);
+
+}  // namespace ptl::atomics

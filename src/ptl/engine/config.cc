@@ -1,0 +1,40 @@
+#include "config.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ptl {
+
+namespace {
+long env_long(const char *name, long def) {
+    const char *v = std::getenv(name);
+    if (!v || !*v) return def;
+    char *end = nullptr;
+    const long r = std::strtol(v, &end, 0);
+    return (end && *end == '\0') ? r : def;
+}
+bool env_bool(const char *name, bool def) {
+    const char *v = std::getenv(name);
+    if (!v || !*v) return def;
+    return !(std::strcmp(v, "0") == 0 || std::strcmp(v, "n") == 0 || std::strcmp(v, "no") == 0 ||
+             std::strcmp(v, "false") == 0);
+}
+}  // namespace
+
+Config Config::from_env() {
+    Config c;
+    if (const char *p = std::getenv("PTL_PROGRESS")) c.progress_thread = std::strcmp(p, "manual") != 0;
+    c.progress_cpu = int(env_long("PTL_PROGRESS_CPU", -1));
+    c.wait_spin_us = env_long("PTL_WAIT_SPIN_US", c.wait_spin_us);
+    c.rndv_threshold = uint64_t(env_long("PTL_RNDV_THRESH", long(c.rndv_threshold)));
+    c.shm_cells = uint32_t(env_long("PTL_SHM_CELLS", c.shm_cells));
+    if (c.shm_cells < 64 || (c.shm_cells & (c.shm_cells - 1))) c.shm_cells = 4096;
+    c.shm_cell_size = uint32_t(env_long("PTL_SHM_CELL_SIZE", c.shm_cell_size));
+    if (c.shm_cell_size < 128 || c.shm_cell_size % 64) c.shm_cell_size = 256;
+    c.notify_drops = env_bool("PTL_NOTIFY_DROPS", false);
+    c.liveness_ms = env_long("PTL_LIVENESS_MS", c.liveness_ms);
+    if (const char *i = std::getenv("PTL_IFACE")) c.iface = i;
+    return c;
+}
+
+}  // namespace ptl

@@ -1,0 +1,23 @@
+// Run-time settings from the environment (documented in the README).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ptl {
+
+struct Config {
+    bool progress_thread = true;      // PTL_PROGRESS=thread|manual
+    int progress_cpu = -1;            // PTL_PROGRESS_CPU (-1: a core the caller is not on)
+    long wait_spin_us = 50;           // PTL_WAIT_SPIN_US: callers poll this long before sleeping
+    uint64_t rndv_threshold = 16384;  // PTL_RNDV_THRESH: larger payloads move by bulk copy
+    uint32_t shm_cells = 4096;        // PTL_SHM_CELLS
+    uint32_t shm_cell_size = 256;     // PTL_SHM_CELL_SIZE
+    bool notify_drops = false;        // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)
+    long liveness_ms = 200;           // PTL_LIVENESS_MS: how often peers are checked for exit
+    std::string iface;                // PTL_IFACE
+
+    static Config from_env();
+};
+
+}  // namespace ptl

@@ -1,0 +1,738 @@
+#include "engine.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "../runtime/identity.h"
+#include "../wire/loopback/loopback_wire.h"
+#include "../wire/shm/shm_wire.h"
+#include "progress_thread.h"
+
+namespace ptl {
+
+namespace {
+
+uint64_t now_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+void futex_wait(std::atomic<uint32_t> *w, uint32_t v, long timeout_us) {
+    struct timespec ts{timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+    syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t> *w) {
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
+ptl_ni_limits_t default_limits(const Config &cfg) {
+    ptl_ni_limits_t l{};
+    l.max_entries = 1 << 18;
+    l.max_unexpected_headers = 1 << 18;
+    l.max_mds = 1 << 16;
+    l.max_cts = 1 << 16;
+    l.max_eqs = 1 << 12;
+    l.max_pt_index = 255;
+    l.max_iovecs = 1024;
+    l.max_list_size = 1 << 18;
+    l.max_triggered_ops = 1 << 20;
+    l.max_msg_size = ptl_size_t(1) << 40;
+    l.max_atomic_size = 4096;
+    l.max_fetch_atomic_size = 4096;
+    l.max_waw_ordered_size = ptl_size_t(1) << 40;
+    l.max_war_ordered_size = ptl_size_t(1) << 40;
+    l.max_volatile_size = cfg.rndv_threshold;
+    l.features = PTL_TARGET_BIND_INACCESSIBLE | PTL_TOTAL_DATA_ORDERING;
+    return l;
+}
+
+// Desired limits are honoured where they ask for less than we offer (so they are enforced),
+// never below the spec's minimums.
+ptl_ni_limits_t negotiate(const ptl_ni_limits_t &ours, const ptl_ni_limits_t *d) {
+    ptl_ni_limits_t l = ours;
+    if (!d) return l;
+    auto clamp = [](int &mine, int want, int floor) {
+        if (want > 0 && want < mine) mine = std::max(want, floor);
+    };
+    clamp(l.max_entries, d->max_entries, 1);
+    clamp(l.max_unexpected_headers, d->max_unexpected_headers, 1);
+    clamp(l.max_mds, d->max_mds, 1);
+    clamp(l.max_cts, d->max_cts, 1);
+    clamp(l.max_eqs, d->max_eqs, 1);
+    clamp(l.max_pt_index, d->max_pt_index, 249);
+    clamp(l.max_iovecs, d->max_iovecs, 1);
+    clamp(l.max_list_size, d->max_list_size, 1);
+    clamp(l.max_triggered_ops, d->max_triggered_ops, 1);
+    if (d->max_msg_size && d->max_msg_size < l.max_msg_size) l.max_msg_size = d->max_msg_size;
+    return l;
+}
+
+}  // namespace
+
+Engine &engine() {
+    static Engine *e = new Engine();  // never destroyed: atexit order must not matter
+    return *e;
+}
+
+Engine::Engine() : cfg_(Config::from_env()) {}
+Engine::~Engine() = default;
+
+int Engine::init() {
+    Lock lk(mu_);
+    if (init_refs_.load() == 0) cfg_ = Config::from_env();
+    init_refs_.fetch_add(1, std::memory_order_release);
+    return PTL_OK;
+}
+
+void Engine::fini() {
+    Lock lk(mu_);
+    if (init_refs_.load() == 0) return;
+    if (init_refs_.fetch_sub(1) != 1) return;
+    for (auto &n : nis_) {
+        delete n;
+        n = nullptr;
+    }
+    lk.unlock();
+    close_physical();
+}
+
+void Engine::abort() {
+    // Async-signal-safe: an atomic store and a futex wake.
+    aborted_.store(true, std::memory_order_release);
+    event_seq_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&event_seq_);
+    if (shm_) shm_->wake();
+}
+
+void Engine::notify_waiters() {
+    event_seq_.fetch_add(1, std::memory_order_release);
+    if (sleepers_.load(std::memory_order_acquire)) {
+        futex_wake_all(&event_seq_);
+        if (!cfg_.progress_thread && shm_) shm_->wake();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Physical NI and wires
+
+int Engine::open_physical(ptl_pid_t pid) {
+    std::string err;
+    const uint32_t nid = identity::select_nid(cfg_.iface, &iface_name_, &err);
+    if (!nid) return PTL_ARG_INVALID;
+    int fd = -1;
+    const int64_t got = identity::acquire_pid(nid, pid, &fd, &err);
+    if (got < 0) return err == "in use" ? PTL_PID_IN_USE : PTL_NO_SPACE;
+    self_ = {nid, uint32_t(got)};
+    shm::ShmConfig sc;
+    sc.ncells = cfg_.shm_cells;
+    sc.cell_size = cfg_.shm_cell_size;
+    shm_ = shm::ShmWire::create(self_, sc, &err);
+    if (!shm_) {
+        identity::release_pid(nid, uint32_t(got), fd);
+        return PTL_NO_SPACE;
+    }
+    pid_lock_fd_ = fd;
+    loop_ = std::make_unique<LoopbackWire>(self_, [this] { if (shm_) shm_->wake(); });
+    phys_open_ = true;
+    if (cfg_.progress_thread) progress_thread_ = std::make_unique<ProgressThread>(*this, cfg_.progress_cpu);
+    return PTL_OK;
+}
+
+void Engine::close_physical() {
+    progress_thread_.reset();  // joins; must not hold mu_
+    Lock lk(mu_);
+    if (!phys_open_) return;
+    loop_.reset();
+    shm_.reset();
+    identity::release_pid(self_.nid, self_.pid, pid_lock_fd_);
+    pid_lock_fd_ = -1;
+    phys_open_ = false;
+}
+
+Wire *Engine::wire_for(PeerId p) {
+    if (p == self_) return loop_.get();
+    if (p.nid == self_.nid) return shm_.get();
+    return nullptr;  // other hosts: the tcp wire (issue 4)
+}
+
+bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n) {
+    Wire *w = wire_for(to);
+    return w && w->send(to, &h, sizeof h, payload, n);
+}
+
+// ---------------------------------------------------------------------------------------
+// Handle lookups
+
+Ni *Engine::ni_of(ptl_handle_ni_t h) const {
+    const HandleParts p = split_handle(h);
+    if (p.type != ObjType::Ni) return nullptr;
+    Ni *n = nis_[p.ni];
+    return (n && n->handle == h) ? n : nullptr;
+}
+
+Ni *Engine::ni_for_object(uint32_t h) const {
+    const HandleParts p = split_handle(h);
+    if (p.type == ObjType::None || p.type == ObjType::Bad) return nullptr;
+    return nis_[p.ni];
+}
+
+Eq *Engine::eq_of(ptl_handle_eq_t h) const {
+    Ni *n = ni_for_object(h);
+    return n ? n->eq(h) : nullptr;
+}
+Ct *Engine::ct_of(ptl_handle_ct_t h) const {
+    Ni *n = ni_for_object(h);
+    return n ? n->ct(h) : nullptr;
+}
+Md *Engine::md_of(ptl_handle_md_t h) const {
+    Ni *n = ni_for_object(h);
+    return n ? n->md(h) : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------
+// Network interfaces (§3.6)
+
+int Engine::ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid,
+                    const ptl_ni_limits_t *desired, ptl_ni_limits_t *actual,
+                    ptl_handle_ni_t *out) {
+    if (!out) return PTL_ARG_INVALID;
+    if (iface != PTL_IFACE_DEFAULT && iface != 0) return PTL_ARG_INVALID;
+    const unsigned m = options & (PTL_NI_MATCHING | PTL_NI_NO_MATCHING);
+    const unsigned a = options & (PTL_NI_LOGICAL | PTL_NI_PHYSICAL);
+    if ((m != PTL_NI_MATCHING && m != PTL_NI_NO_MATCHING) ||
+        (a != PTL_NI_LOGICAL && a != PTL_NI_PHYSICAL) ||
+        (options & ~unsigned(PTL_NI_MATCHING | PTL_NI_NO_MATCHING | PTL_NI_LOGICAL | PTL_NI_PHYSICAL)))
+        return PTL_ARG_INVALID;
+    if (pid != PTL_PID_ANY && pid >= PTL_PID_MAX) return PTL_ARG_INVALID;
+    const uint32_t idx = ((options & PTL_NI_NO_MATCHING) ? 1 : 0) | ((options & PTL_NI_PHYSICAL) ? 2 : 0);
+
+    Lock lk(mu_);
+    if (Ni *n = nis_[idx]) {  // §3.6.2: later calls get the first caller's values
+        ++n->refs;
+        if (actual) *actual = n->limits;
+        *out = n->handle;
+        return PTL_OK;
+    }
+    if (!phys_open_) {
+        const int rc = open_physical(pid);
+        if (rc != PTL_OK) return rc;
+    }
+    const ptl_ni_limits_t lim = negotiate(default_limits(cfg_), desired);
+    Ni *n = new Ni(this, idx, options, lim);
+    ni_gen_ = (ni_gen_ + 1) % 255;
+    n->handle = make_handle(ObjType::Ni, idx, 0, ni_gen_);
+    nis_[idx] = n;
+    if (actual) *actual = lim;
+    *out = n->handle;
+    return PTL_OK;
+}
+
+int Engine::ni_fini(ptl_handle_ni_t h) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n) return PTL_ARG_INVALID;
+    if (--n->refs > 0) return PTL_OK;
+    nis_[n->index] = nullptr;
+    delete n;
+    bool none = std::all_of(std::begin(nis_), std::end(nis_), [](Ni *x) { return !x; });
+    lk.unlock();
+    if (none) close_physical();
+    return PTL_OK;
+}
+
+int Engine::ni_status(ptl_handle_ni_t h, ptl_sr_index_t r, ptl_sr_value_t *v) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !v || unsigned(r) >= PTL_SR_LAST) return PTL_ARG_INVALID;
+    *v = n->sr[r].load();
+    return PTL_OK;
+}
+
+int Engine::ni_handle(ptl_handle_any_t h, ptl_handle_ni_t *out) {
+    Lock lk(mu_);
+    if (!out) return PTL_ARG_INVALID;
+    const HandleParts p = split_handle(h);
+    Ni *n = nullptr;
+    switch (p.type) {
+        case ObjType::Ni: n = ni_of(h); break;
+        case ObjType::Eq: if (Eq *e = eq_of(h)) n = e->ni; break;
+        case ObjType::Ct: if (Ct *c = ct_of(h)) n = c->ni; break;
+        case ObjType::Md: if (Md *m = md_of(h)) n = m->ni; break;
+        case ObjType::Le: case ObjType::Me:
+            if (Ni *x = ni_for_object(h)) if (x->entry(h, p.type == ObjType::Me)) n = x;
+            break;
+        default: break;
+    }
+    if (!n) return PTL_ARG_INVALID;
+    *out = n->handle;
+    return PTL_OK;
+}
+
+int Engine::set_map(ptl_handle_ni_t h, ptl_size_t size, const ptl_process_t *mapping) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !n->logical() || !mapping || size == 0 || size > (1u << 24)) return PTL_ARG_INVALID;
+    n->map.assign(mapping, mapping + size);
+    n->map_set = true;
+    return PTL_OK;
+}
+
+int Engine::get_map(ptl_handle_ni_t h, ptl_size_t size, ptl_process_t *mapping, ptl_size_t *actual) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !n->logical() || !actual || (size && !mapping)) return PTL_ARG_INVALID;
+    if (!n->map_set) return PTL_IGNORED;
+    const size_t k = std::min<size_t>(size, n->map.size());
+    std::copy_n(n->map.begin(), k, mapping);
+    *actual = n->map.size();
+    return PTL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Portal table (§3.7)
+
+int Engine::pt_alloc(ptl_handle_ni_t h, unsigned options, ptl_handle_eq_t eqh, ptl_pt_index_t req,
+                     ptl_pt_index_t *out) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !out) return PTL_ARG_INVALID;
+    if (options & ~unsigned(PTL_PT_ONLY_USE_ONCE | PTL_PT_FLOWCTRL | PTL_PT_ONLY_TRUNCATE |
+                            PTL_PT_ALLOC_DISABLED | 8 /* reference's MATCH_UNORDERED hint */))
+        return PTL_ARG_INVALID;
+    Eq *eq = nullptr;
+    if (eqh != PTL_EQ_NONE) {
+        eq = n->eq(eqh);
+        if (!eq) return PTL_ARG_INVALID;
+    }
+    if ((options & PTL_PT_FLOWCTRL) && !eq) return PTL_PT_EQ_NEEDED;
+    ptl_pt_index_t idx;
+    if (req == PTL_PT_ANY) {
+        auto it = std::find_if(n->pts.begin(), n->pts.end(), [](const Pt &p) { return !p.allocated; });
+        if (it == n->pts.end()) return PTL_PT_FULL;
+        idx = ptl_pt_index_t(it - n->pts.begin());
+    } else {
+        if (req >= n->pts.size()) return PTL_ARG_INVALID;
+        if (n->pts[req].allocated) return PTL_PT_IN_USE;
+        idx = req;
+    }
+    Pt &pt = n->pts[idx];
+    pt = Pt();
+    pt.allocated = true;
+    pt.enabled = !(options & PTL_PT_ALLOC_DISABLED);
+    pt.options = options;
+    pt.eq = eq;
+    if (eq && (options & PTL_PT_FLOWCTRL)) ++eq->reserved;
+    *out = idx;
+    return PTL_OK;
+}
+
+int Engine::pt_free(ptl_handle_ni_t h, ptl_pt_index_t idx) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
+    Pt &pt = n->pts[idx];
+    if (pt.entries() || pt.unexpected.size) return PTL_PT_IN_USE;
+    if (pt.eq && (pt.options & PTL_PT_FLOWCTRL) && pt.eq->reserved) --pt.eq->reserved;
+    pt = Pt();
+    return PTL_OK;
+}
+
+int Engine::pt_disable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
+    // Blocking in the spec's sense: deliveries run entirely under mu_, so once we hold it no
+    // message is half processed and its events are already posted.
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
+    n->pts[idx].enabled = false;
+    return PTL_OK;
+}
+
+int Engine::pt_enable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
+    n->pts[idx].enabled = true;
+    return PTL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Identification (§3.8, §3.9)
+
+int Engine::get_uid(ptl_handle_ni_t h, ptl_uid_t *uid) {
+    Lock lk(mu_);
+    if (!ni_of(h) || !uid) return PTL_ARG_INVALID;
+    *uid = getuid();
+    return PTL_OK;
+}
+
+int Engine::get_id(ptl_handle_ni_t h, ptl_process_t *id) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !id) return PTL_ARG_INVALID;
+    if (n->logical()) {
+        const ptl_rank_t r = n->rank_of(self_);
+        if (r == PTL_RANK_ANY) return PTL_ARG_INVALID;  // the map does not name us (yet)
+        id->rank = r;
+    } else {
+        id->phys.nid = self_.nid;
+        id->phys.pid = self_.pid;
+    }
+    return PTL_OK;
+}
+
+int Engine::get_phys_id(ptl_handle_ni_t h, ptl_process_t *id) {
+    Lock lk(mu_);
+    if (!ni_of(h) || !id) return PTL_ARG_INVALID;
+    id->phys.nid = self_.nid;
+    id->phys.pid = self_.pid;
+    return PTL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory descriptors (§3.10)
+
+int Engine::md_bind(ptl_handle_ni_t h, const ptl_md_t *d, ptl_handle_md_t *out) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !d || !out) return PTL_ARG_INVALID;
+    constexpr unsigned known = PTL_IOVEC | PTL_MD_EVENT_CT_SEND | PTL_MD_EVENT_CT_REPLY |
+                               PTL_MD_EVENT_CT_ACK | PTL_MD_UNORDERED | PTL_MD_EVENT_SUCCESS_DISABLE |
+                               PTL_MD_VOLATILE | PTL_MD_EVENT_SEND_DISABLE | PTL_MD_UNRELIABLE |
+                               PTL_MD_EVENT_CT_BYTES;
+    if (d->options & ~known) return PTL_ARG_INVALID;
+    auto md = std::make_unique<Md>();
+    md->ni = n;
+    md->desc = *d;
+    if (d->eq_handle != PTL_EQ_NONE && !(md->eq = n->eq(d->eq_handle))) return PTL_ARG_INVALID;
+    if (d->ct_handle != PTL_CT_NONE && !(md->ct = n->ct(d->ct_handle))) return PTL_ARG_INVALID;
+    if (d->options & PTL_IOVEC) {
+        if (!d->start && d->length) return PTL_ARG_INVALID;
+        if (d->length > uint64_t(n->limits.max_iovecs)) return PTL_ARG_INVALID;
+        md->region = Region::iovec(static_cast<const ptl_iovec_t *>(d->start), d->length);
+    } else {
+        md->region = Region::contiguous(d->start, d->length);
+    }
+    const uint32_t slot = n->mds.insert(std::move(md));
+    if (slot == UINT32_MAX) return PTL_NO_SPACE;
+    Md *m = n->mds.get(slot, n->mds.gen(slot));
+    m->handle = make_handle(ObjType::Md, n->index, slot, n->mds.gen(slot));
+    *out = m->handle;
+    return PTL_OK;
+}
+
+int Engine::md_release(ptl_handle_md_t h) {
+    Lock lk(mu_);
+    Md *m = md_of(h);
+    if (!m) return PTL_ARG_INVALID;
+    if (m->pending) return PTL_IN_USE;  // a SEND or REPLY is still due (I-list 19)
+    m->ni->mds.remove(split_handle(h).slot);
+    return PTL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Event queues (§3.13)
+
+int Engine::eq_alloc(ptl_handle_ni_t h, ptl_size_t count, ptl_handle_eq_t *out) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !out || count == 0) return PTL_ARG_INVALID;
+    if (count > (ptl_size_t(1) << 26)) return PTL_NO_SPACE;
+    // One spare slot per possible flow-controlled PT keeps PT_DISABLED deliverable.
+    auto eq = std::make_unique<Eq>(count + 1);
+    eq->ni = n;
+    const uint32_t slot = n->eqs.insert(std::move(eq));
+    if (slot == UINT32_MAX) return PTL_NO_SPACE;
+    Eq *e = n->eqs.get(slot, n->eqs.gen(slot));
+    e->handle = make_handle(ObjType::Eq, n->index, slot, n->eqs.gen(slot));
+    *out = e->handle;
+    return PTL_OK;
+}
+
+int Engine::eq_free(ptl_handle_eq_t h) {
+    Lock lk(mu_);
+    Eq *e = eq_of(h);
+    if (!e) return PTL_ARG_INVALID;
+    // After PtlAbort, blocked callers are leaving; wait for them (§3.13.6).
+    while (e->refs) {
+        lk.unlock();
+        sched_yield();
+        lk.lock();
+        if (!(e = eq_of(h))) return PTL_ARG_INVALID;
+    }
+    for (Pt &pt : e->ni->pts)
+        if (pt.eq == e) pt.eq = nullptr;
+    e->ni->eqs.remove(split_handle(h).slot);
+    return PTL_OK;
+}
+
+int Engine::eq_get(ptl_handle_eq_t h, ptl_event_t *ev) {
+    Lock lk(mu_);
+    Eq *e = eq_of(h);
+    if (!e || !ev) return PTL_ARG_INVALID;
+    progress_locked();
+    if (!(e = eq_of(h))) return PTL_ARG_INVALID;
+    if (e->waiters) return PTL_EQ_EMPTY;  // a blocked PtlEQWait has priority (§3.13.7)
+    return e->pop(ev);
+}
+
+int Engine::eq_poll(const ptl_handle_eq_t *hs, unsigned size, ptl_time_t timeout, ptl_event_t *ev,
+                    unsigned *which) {
+    Lock lk(mu_);
+    if (!hs || size == 0 || !ev) return PTL_ARG_INVALID;
+    std::vector<Eq *> eqs(size);
+    for (unsigned i = 0; i < size; ++i)
+        if (!(eqs[i] = eq_of(hs[i]))) return PTL_ARG_INVALID;
+    for (Eq *e : eqs) ++e->refs, ++e->waiters;
+    const int rc = wait_until(lk, timeout, [&]() -> int {
+        for (unsigned i = 0; i < size; ++i) {
+            if (eqs[i]->count) {
+                if (which) *which = i;
+                return eqs[i]->pop(ev);
+            }
+        }
+        return -1;
+    });
+    for (Eq *e : eqs) --e->refs, --e->waiters;
+    return rc == -2 ? PTL_EQ_EMPTY : rc;
+}
+
+// ---------------------------------------------------------------------------------------
+// Counting events (§3.14)
+
+int Engine::ct_alloc(ptl_handle_ni_t h, ptl_handle_ct_t *out) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !out) return PTL_ARG_INVALID;
+    auto ct = std::make_unique<Ct>();
+    ct->ni = n;
+    const uint32_t slot = n->cts.insert(std::move(ct));
+    if (slot == UINT32_MAX) return PTL_NO_SPACE;
+    Ct *c = n->cts.get(slot, n->cts.gen(slot));
+    c->handle = make_handle(ObjType::Ct, n->index, slot, n->cts.gen(slot));
+    *out = c->handle;
+    return PTL_OK;
+}
+
+int Engine::ct_free(ptl_handle_ct_t h) {
+    Lock lk(mu_);
+    Ct *c = ct_of(h);
+    if (!c) return PTL_ARG_INVALID;
+    while (c->refs) {
+        lk.unlock();
+        sched_yield();
+        lk.lock();
+        if (!(c = ct_of(h))) return PTL_ARG_INVALID;
+    }
+    Ni *n = c->ni;
+    n->triggered -= uint32_t(c->triggered.size());
+    changed_cts_.erase(std::remove(changed_cts_.begin(), changed_cts_.end(), c), changed_cts_.end());
+    n->cts.remove(split_handle(h).slot);
+    return PTL_OK;
+}
+
+int Engine::ct_cancel_triggered(ptl_handle_ct_t h) {
+    Lock lk(mu_);
+    Ct *c = ct_of(h);
+    if (!c) return PTL_ARG_INVALID;
+    c->ni->triggered -= uint32_t(c->triggered.size());
+    c->triggered.clear();
+    return PTL_OK;
+}
+
+int Engine::ct_get(ptl_handle_ct_t h, ptl_ct_event_t *ev) {
+    if (!ev) return PTL_ARG_INVALID;
+    if (!cfg_.progress_thread) {
+        Lock lk(mu_);
+        Ct *c = ct_of(h);
+        if (!c) return PTL_ARG_INVALID;
+        progress_locked();
+        if (!(c = ct_of(h))) return PTL_ARG_INVALID;
+        *ev = c->value();
+        return PTL_OK;
+    }
+    Lock lk(mu_);
+    Ct *c = ct_of(h);
+    if (!c) return PTL_ARG_INVALID;
+    *ev = c->value();
+    return PTL_OK;
+}
+
+int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned size,
+                    ptl_time_t timeout, ptl_ct_event_t *ev, unsigned *which) {
+    Lock lk(mu_);
+    if (!hs || !tests || size == 0 || !ev) return PTL_ARG_INVALID;
+    std::vector<Ct *> cts(size);
+    for (unsigned i = 0; i < size; ++i)
+        if (!(cts[i] = ct_of(hs[i]))) return PTL_ARG_INVALID;
+    for (Ct *c : cts) ++c->refs;
+    const int rc = wait_until(lk, timeout, [&]() -> int {
+        for (unsigned i = 0; i < size; ++i) {
+            const ptl_ct_event_t v = cts[i]->value();
+            if (v.success >= tests[i] || v.failure != 0) {
+                *ev = v;
+                if (which) *which = i;
+                return PTL_OK;
+            }
+        }
+        return -1;
+    });
+    for (Ct *c : cts) --c->refs;
+    return rc == -2 ? PTL_CT_NONE_REACHED : rc;
+}
+
+int Engine::ct_set(ptl_handle_ct_t h, ptl_ct_event_t v) {
+    Lock lk(mu_);
+    Ct *c = ct_of(h);
+    if (!c) return PTL_ARG_INVALID;
+    c->success.store(v.success, std::memory_order_release);
+    c->failure.store(v.failure, std::memory_order_release);
+    ct_changed(c);
+    run_triggers();
+    return PTL_OK;
+}
+
+int Engine::ct_inc(ptl_handle_ct_t h, ptl_ct_event_t v) {
+    Lock lk(mu_);
+    Ct *c = ct_of(h);
+    if (!c || (v.success && v.failure)) return PTL_ARG_INVALID;
+    if (v.failure)
+        ct_add(c, false, v.failure);
+    else
+        ct_add(c, true, v.success);
+    run_triggers();
+    return PTL_OK;
+}
+
+void Engine::ct_add(Ct *ct, bool success, uint64_t amount) {
+    if (!ct) return;
+    (success ? ct->success : ct->failure).fetch_add(amount, std::memory_order_acq_rel);
+    ct_changed(ct);
+}
+
+void Engine::ct_changed(Ct *ct) {
+    if (!ct->triggered.empty() &&
+        std::find(changed_cts_.begin(), changed_cts_.end(), ct) == changed_cts_.end())
+        changed_cts_.push_back(ct);
+    notify_waiters();
+}
+
+void Engine::post_event(Eq *eq, const ptl_event_t &ev) {
+    if (!eq) return;
+    eq->push(ev);
+    notify_waiters();
+}
+
+int Engine::atomic_sync() {
+    // Atomics are applied by the engine under its lock before their events are posted, so
+    // host memory is already up to date (§3.15.8).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return PTL_OK;
+}
+
+int Engine::start_bundle(ptl_handle_ni_t h) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n) return PTL_ARG_INVALID;
+    ++n->bundle_depth;
+    return PTL_OK;
+}
+
+int Engine::end_bundle(ptl_handle_ni_t h) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || n->bundle_depth == 0) return PTL_ARG_INVALID;
+    --n->bundle_depth;  // operations are never deferred, so nothing is left to initiate
+    return PTL_OK;
+}
+
+// ---------------------------------------------------------------------------------------
+// Progress and waiting
+
+int Engine::progress() {
+    Lock lk(mu_);
+    return progress_locked();
+}
+
+int Engine::progress_locked() {
+    if (!phys_open_) return 0;
+    int work = 0;
+    const MessageHandler h = [this](const InMessage &m) { handle_message(m); };
+    work += loop_->progress(h);
+    work += shm_->progress(h);
+    if (!in_triggers_) run_triggers();
+    const uint64_t t = now_ns();
+    if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
+        last_liveness_check_ns_ = t;
+        check_dead_peers();
+    }
+    return work;
+}
+
+// Runs `ready` (under the lock) until it returns >= 0, the timeout passes (-2) or PtlAbort
+// (PTL_ABORTED). Callers poll for a short while first, then sleep.
+template <typename Ready>
+int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
+    const bool forever = timeout_ms == PTL_TIME_FOREVER;
+    const uint64_t start = now_ns();
+    const uint64_t deadline = forever ? UINT64_MAX : start + uint64_t(timeout_ms) * 1000000ull;
+    const uint64_t spin_end = start + uint64_t(cfg_.wait_spin_us) * 1000ull;
+    bool polling = false;
+    auto stop_polling = [&] {
+        if (polling) {
+            polling = false;
+            if (active_pollers_.fetch_sub(1) == 1 && progress_thread_) progress_thread_->poke();
+        }
+    };
+    for (;;) {
+        if (aborted()) {
+            stop_polling();
+            return PTL_ABORTED;
+        }
+        progress_locked();
+        const int r = ready();
+        if (r >= 0) {
+            stop_polling();
+            return r;
+        }
+        const uint64_t t = now_ns();
+        if (t >= deadline) {
+            stop_polling();
+            return -2;
+        }
+        if (t < spin_end) {
+            if (!polling) {
+                polling = true;
+                active_pollers_.fetch_add(1);
+            }
+            lk.unlock();
+            cpu_relax();
+            lk.lock();
+            continue;
+        }
+        stop_polling();
+        const uint32_t seq = event_seq_.load(std::memory_order_acquire);
+        sleepers_.fetch_add(1);
+        lk.unlock();
+        long us = forever ? 100000 : long(std::min<uint64_t>((deadline - t) / 1000, 100000));
+        if (us < 1) us = 1;
+        if (cfg_.progress_thread) {
+            futex_wait(&event_seq_, seq, us);
+        } else {
+            shm_->wait_for_traffic(std::min(us, 1000L));
+        }
+        sleepers_.fetch_sub(1);
+        lk.lock();
+    }
+}
+
+}  // namespace ptl

@@ -1,0 +1,172 @@
+// The engine: Portals 4.3 semantics for one process, shared by libportals4 and the UCT
+// component (DESIGN decision 1). It is a software NIC (decision 2): target-side processing
+// runs in progress(), driven by a progress thread or by the caller (PTL_PROGRESS=manual).
+// One lock serialises API calls against incoming operations, which makes every call atomic
+// with respect to data movement (§2.9, T1).
+#pragma once
+
+#include <portals4.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.h"
+#include "ni.h"
+#include "protocol.h"
+#include "triggered.h"
+#include "../wire/wire.h"
+
+namespace ptl {
+
+namespace shm {
+class ShmWire;
+}
+class LoopbackWire;
+
+class Engine {
+public:
+    Engine();
+    ~Engine();
+
+    // PtlInit / PtlFini reference counting and PtlAbort.
+    int init();
+    void fini();
+    bool initialized() const { return init_refs_.load(std::memory_order_acquire) > 0; }
+    void abort();
+    bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+    // §3.6 network interfaces
+    int ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid,
+                const ptl_ni_limits_t *desired, ptl_ni_limits_t *actual, ptl_handle_ni_t *out);
+    int ni_fini(ptl_handle_ni_t);
+    int ni_status(ptl_handle_ni_t, ptl_sr_index_t, ptl_sr_value_t *);
+    int ni_handle(ptl_handle_any_t, ptl_handle_ni_t *);
+    int set_map(ptl_handle_ni_t, ptl_size_t, const ptl_process_t *);
+    int get_map(ptl_handle_ni_t, ptl_size_t, ptl_process_t *, ptl_size_t *);
+    // §3.7 portal table
+    int pt_alloc(ptl_handle_ni_t, unsigned options, ptl_handle_eq_t, ptl_pt_index_t req,
+                 ptl_pt_index_t *out);
+    int pt_free(ptl_handle_ni_t, ptl_pt_index_t);
+    int pt_disable(ptl_handle_ni_t, ptl_pt_index_t);
+    int pt_enable(ptl_handle_ni_t, ptl_pt_index_t);
+    // §3.8, §3.9 identification
+    int get_uid(ptl_handle_ni_t, ptl_uid_t *);
+    int get_id(ptl_handle_ni_t, ptl_process_t *);
+    int get_phys_id(ptl_handle_ni_t, ptl_process_t *);
+    // §3.10 memory descriptors
+    int md_bind(ptl_handle_ni_t, const ptl_md_t *, ptl_handle_md_t *);
+    int md_release(ptl_handle_md_t);
+    // §3.11, §3.12 list entries; an LE is passed as an ME with is_me = false
+    int append(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_list_t,
+               void *user_ptr, uint32_t *out);
+    int unlink(uint32_t handle, bool is_me);
+    int search(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_search_op_t,
+               void *user_ptr);
+    // §3.13 event queues
+    int eq_alloc(ptl_handle_ni_t, ptl_size_t count, ptl_handle_eq_t *);
+    int eq_free(ptl_handle_eq_t);
+    int eq_get(ptl_handle_eq_t, ptl_event_t *);
+    int eq_poll(const ptl_handle_eq_t *, unsigned size, ptl_time_t timeout, ptl_event_t *,
+                unsigned *which);
+    // §3.14 counting events
+    int ct_alloc(ptl_handle_ni_t, ptl_handle_ct_t *);
+    int ct_free(ptl_handle_ct_t);
+    int ct_cancel_triggered(ptl_handle_ct_t);
+    int ct_get(ptl_handle_ct_t, ptl_ct_event_t *);
+    int ct_poll(const ptl_handle_ct_t *, const ptl_size_t *tests, unsigned size,
+                ptl_time_t timeout, ptl_ct_event_t *, unsigned *which);
+    int ct_set(ptl_handle_ct_t, ptl_ct_event_t);
+    int ct_inc(ptl_handle_ct_t, ptl_ct_event_t);
+    // §3.15 data movement
+    int data_op(TrigKind kind, const DataOpArgs &a);
+    int atomic_sync();
+    // §3.16 triggered operations
+    int triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t threshold);
+    // §3.17 bundles
+    int start_bundle(ptl_handle_ni_t);
+    int end_bundle(ptl_handle_ni_t);
+
+    // Drives the wires: delivers incoming messages and retries queued sends. Returns work.
+    int progress();
+
+    const Config &config() const { return cfg_; }
+
+    // Hooks for the wires and the progress thread.
+    void notify_waiters();
+
+private:
+    friend class ProgressThread;
+    using Lock = std::unique_lock<std::mutex>;
+
+    Ni *ni_of(ptl_handle_ni_t h) const;
+    Ni *ni_for_object(uint32_t h) const;
+    Eq *eq_of(ptl_handle_eq_t h) const;
+    Ct *ct_of(ptl_handle_ct_t h) const;
+    Md *md_of(ptl_handle_md_t h) const;
+
+    int open_physical(ptl_pid_t pid);
+    void close_physical();
+    int progress_locked();
+    void handle_message(const InMessage &m);
+    Wire *wire_for(PeerId p);
+    bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n);
+
+    // events and counting
+    void post_event(Eq *eq, const ptl_event_t &ev);
+    void ct_add(Ct *ct, bool success, uint64_t amount);
+    void ct_changed(Ct *ct);
+    void run_triggers();
+
+    // initiator side
+    int start_op(TrigKind kind, const DataOpArgs &a, bool from_trigger);
+    void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
+                         ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
+    void on_ack(Ni *ni, const proto::Header &h);
+    void on_reply(Ni *ni, const proto::Header &h, const void *payload, size_t len);
+    void fail_op(Ni *ni, uint64_t id, ptl_ni_fail_t fail);
+    void check_dead_peers();
+
+    // target side
+    void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
+    void respond(Ni *ni, const InMessage &m, const proto::Header &req, uint8_t op,
+                 ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset, ptl_list_t list,
+                 const void *data, size_t data_len, uint8_t extra_flags);
+    void maybe_auto_free(Ni *ni, Entry *e);
+    void auto_unlink(Ni *ni, Pt &pt, Entry *e);
+    void free_zombies(Ni *ni);
+
+    // waiting
+    template <typename Ready>
+    int wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready);
+
+    Config cfg_;
+    mutable std::mutex mu_;
+    std::atomic<int> init_refs_{0};
+    std::atomic<bool> aborted_{false};
+    std::atomic<uint32_t> event_seq_{0};
+    std::atomic<uint32_t> sleepers_{0};
+    std::atomic<uint32_t> active_pollers_{0};
+
+    // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
+    PeerId self_{};
+    bool phys_open_ = false;
+    int pid_lock_fd_ = -1;
+    std::string iface_name_;
+    std::unique_ptr<shm::ShmWire> shm_;
+    std::unique_ptr<LoopbackWire> loop_;
+    Ni *nis_[4] = {};
+    uint32_t ni_gen_ = 0;
+    uint64_t last_liveness_check_ns_ = 0;
+    std::unique_ptr<class ProgressThread> progress_thread_;
+    bool in_triggers_ = false;
+    std::vector<Ct *> changed_cts_;
+};
+
+Engine &engine();
+
+}  // namespace ptl

@@ -1,0 +1,57 @@
+// List entries (§3.11) and match list entries (§3.12) share one representation: an LE is an
+// ME that matches everything and has no locally managed offset. An unexpected header (§2.5)
+// remembers a message delivered into an overflow entry until an append or search claims it.
+#pragma once
+
+#include <portals4.h>
+
+#include <cstdint>
+
+#include "ilist.h"
+#include "region.h"
+
+namespace ptl {
+
+class Ni;
+struct Ct;
+
+struct Entry {
+    Ni *ni = nullptr;
+    uint32_t handle = 0;
+    bool is_me = false;
+    ptl_me_t desc{};
+    Region region;
+    Ct *ct = nullptr;
+    void *user_ptr = nullptr;
+    ptl_pt_index_t pt = 0;
+    ptl_list_t list = PTL_PRIORITY_LIST;
+    uint64_t seq = 0;           // posting order across exact and wildcard entries
+    uint64_t local_offset = 0;  // PTL_ME_MANAGE_LOCAL
+    uint32_t uh_count = 0;      // unexpected headers that point into this entry
+    bool exact = false;         // indexed by match bits (no ignore bits)
+    bool auto_unlinked = false; // left the list by itself; handle still answers PTL_IN_USE
+    IHook hook;
+
+    unsigned opts() const { return desc.options; }
+    bool checked_access() const { return !(desc.options & PTL_ME_IS_ACCESSIBLE); }
+};
+
+enum class UhKind : uint8_t { Put, Get, Atomic, FetchAtomic };
+
+struct UnexpectedHeader {
+    UhKind kind;
+    ptl_process_t initiator;  // as reported in events
+    uint32_t src_nid, src_pid, src_rank;
+    ptl_uid_t uid;
+    ptl_match_bits_t match_bits;
+    ptl_hdr_data_t hdr_data;
+    ptl_size_t rlength, mlength, remote_offset;
+    ptl_op_t atomic_op;
+    ptl_datatype_t atomic_type;
+    Entry *entry;  // the overflow entry holding the data
+    void *start;   // where the data landed in the overflow buffer
+    IHook all_hook;
+    IHook bucket_hook;
+};
+
+}  // namespace ptl

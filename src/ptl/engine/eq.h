@@ -1,0 +1,53 @@
+// Event queue (§3.13): a ring of full events. When full, the oldest event is overwritten and
+// the next reader learns of it through PTL_EQ_DROPPED (EQ1). Slots reserved for
+// PT_DISABLED (Impl. Note 13) keep flow control able to report itself.
+#pragma once
+
+#include <portals4.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace ptl {
+
+class Ni;
+
+struct Eq {
+    Ni *ni = nullptr;
+    uint32_t handle = 0;
+    std::vector<ptl_event_t> ring;
+    uint64_t head = 0;  // next to read
+    uint64_t count = 0;
+    bool dropped = false;
+    uint32_t reserved = 0;   // slots held back for PT_DISABLED, one per flow-controlled PT
+    uint32_t waiters = 0;    // threads blocked in PtlEQWait/PtlEQPoll on this EQ
+    uint32_t refs = 0;       // blocked callers still inside (PtlEQFree waits for them)
+
+    explicit Eq(uint64_t capacity) : ring(capacity) {}
+
+    // Room for a flow-controlled event (one that must not overwrite).
+    bool has_room_for_regular() const { return count + reserved < ring.size(); }
+
+    void push(const ptl_event_t &ev) {
+        if (count == ring.size()) {
+            head = (head + 1) % ring.size();
+            --count;
+            dropped = true;
+        }
+        ring[(head + count) % ring.size()] = ev;
+        ++count;
+    }
+
+    // PTL_OK / PTL_EQ_DROPPED with the event, or PTL_EQ_EMPTY.
+    int pop(ptl_event_t *ev) {
+        if (count == 0) return PTL_EQ_EMPTY;
+        *ev = ring[head];
+        head = (head + 1) % ring.size();
+        --count;
+        const bool d = dropped;
+        dropped = false;
+        return d ? PTL_EQ_DROPPED : PTL_OK;
+    }
+};
+
+}  // namespace ptl

@@ -1,0 +1,264 @@
+// The initiator side of data movement (§3.15): argument checks, building the request
+// (inline, or rendezvous with the data left in place for the target to pull), the local
+// SEND event, and turning ACK / REPLY responses into events (digest §7.2, §9).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "atomic_ops.h"
+#include "engine.h"
+#include "events.h"
+
+namespace ptl {
+
+namespace {
+
+uint8_t proto_op(TrigKind k) {
+    switch (k) {
+        case TrigKind::Put: return proto::kPut;
+        case TrigKind::Get: return proto::kGet;
+        case TrigKind::Atomic: return proto::kAtomic;
+        case TrigKind::FetchAtomic: return proto::kFetchAtomic;
+        default: return proto::kSwap;
+    }
+}
+
+void add_segments(const Region &r, uint64_t off, uint64_t len, std::vector<proto::Segment> &out) {
+    std::vector<struct iovec> v;
+    r.pieces(off, len, v);
+    for (auto &p : v) out.push_back({reinterpret_cast<uint64_t>(p.iov_base), p.iov_len});
+}
+
+}  // namespace
+
+void Engine::initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
+                             ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed) {
+    if (!md) return;
+    const bool success = fail == PTL_NI_OK;
+    if (full_allowed && md_allows_full(*md, type, success)) {
+        ptl_event_t ev{};
+        ev.type = type;
+        ev.user_ptr = user_ptr;
+        ev.mlength = mlength;
+        ev.remote_offset = offset;
+        ev.ptl_list = list;
+        ev.ni_fail_type = fail;
+        post_event(md->eq, ev);
+    }
+    if (uint64_t amt = md_count_amount(*md, type, success, mlength)) ct_add(md->ct, success, amt);
+}
+
+int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
+    Lock lk(mu_);
+    const int rc = start_op(kind, a, false);
+    run_triggers();
+    return rc;
+}
+
+int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
+    const uint8_t op = proto_op(kind);
+    const bool two_mds = kind == TrigKind::FetchAtomic || kind == TrigKind::Swap;
+    Md *put_md = kind == TrigKind::Get ? nullptr : md_of(a.md);
+    Md *get_md = kind == TrigKind::Get ? md_of(a.md) : two_mds ? md_of(a.get_md) : nullptr;
+    if (kind != TrigKind::Get && !put_md) return PTL_ARG_INVALID;
+    if ((kind == TrigKind::Get || two_mds) && !get_md) return PTL_ARG_INVALID;
+    if (two_mds && put_md->ni != get_md->ni) return PTL_ARG_INVALID;  // D10
+    Ni *n = put_md ? put_md->ni : get_md->ni;
+    if (n->logical() && !n->map_set) return PTL_ARG_INVALID;
+    if (a.pt_index >= n->pts.size()) return PTL_ARG_INVALID;
+    if (a.length > n->limits.max_msg_size) return PTL_ARG_INVALID;
+    const ptl_size_t put_off = kind == TrigKind::Get ? 0 : a.local_offset;
+    const ptl_size_t get_off = kind == TrigKind::Get ? a.local_offset : a.local_get_offset;
+    if (put_md && (put_off > put_md->region.length || a.length > put_md->region.length - put_off))
+        return PTL_ARG_INVALID;  // B9
+    if (get_md && (get_off > get_md->region.length || a.length > get_md->region.length - get_off))
+        return PTL_ARG_INVALID;
+    ptl_ack_req_t ack_req = (kind == TrigKind::Put || kind == TrigKind::Atomic) ? a.ack_req : PTL_NO_ACK_REQ;
+    if (ack_req > PTL_OC_ACK_REQ) return PTL_ARG_INVALID;
+    if (put_md && (put_md->desc.options & PTL_MD_UNRELIABLE) &&
+        (kind != TrigKind::Put || ack_req != PTL_NO_ACK_REQ))
+        return PTL_ARG_INVALID;  // D8
+    size_t operand_len = 0;
+    if (kind == TrigKind::Atomic || two_mds) {
+        const atomics::Call call = kind == TrigKind::Atomic   ? atomics::Call::Atomic
+                                   : kind == TrigKind::Swap ? atomics::Call::Swap
+                                                            : atomics::Call::FetchAtomic;
+        if (!atomics::legal(a.op, a.datatype, call)) return PTL_ARG_INVALID;
+        const size_t dts = atomics::datatype_size(a.datatype);
+        const ptl_size_t limit = kind == TrigKind::Atomic ? n->limits.max_atomic_size : n->limits.max_fetch_atomic_size;
+        if (a.length > limit || a.length % dts) return PTL_ARG_INVALID;  // A1, A2
+        if (kind == TrigKind::Swap && a.op != PTL_SWAP) {
+            if (a.length != dts) return PTL_ARG_INVALID;
+            operand_len = dts;
+        }
+    }
+    PeerId peer;
+    if (!n->resolve(a.target, &peer)) return PTL_ARG_INVALID;
+
+    proto::Header h{};
+    h.op = op;
+    h.ni_index = uint8_t(n->index);
+    h.ack_req = ack_req;
+    h.atomic_op = a.op;
+    h.atomic_type = a.datatype;
+    h.pt_index = a.pt_index;
+    h.uid = getuid();
+    h.src_rank = n->logical() ? n->rank_of(self_) : PTL_RANK_ANY;
+    h.operand_len = uint32_t(operand_len);
+    h.match_bits = a.match_bits;
+    h.hdr_data = a.hdr_data;
+    h.remote_offset = a.remote_offset;
+    h.length = a.length;
+    h.op_id = n->next_op_id++;
+    if (put_md && (put_md->desc.options & PTL_MD_UNORDERED)) h.flags |= proto::kUnordered;
+
+    Wire *w = wire_for(peer);
+    const size_t max_inline = w ? w->max_inline(peer) - sizeof h - operand_len : 0;
+    std::vector<struct iovec> iov;
+    std::vector<proto::Segment> segs;
+    if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
+    bool rndv = false;
+    if (kind == TrigKind::Get) {
+        if (a.length > cfg_.rndv_threshold && w && w->has_bulk(peer)) {
+            h.flags |= proto::kBulkReply;
+            add_segments(get_md->region, get_off, a.length, segs);
+        }
+    } else {
+        const bool volatile_fits = (put_md->desc.options & PTL_MD_VOLATILE) && a.length <= max_inline;
+        rndv = kind == TrigKind::Put && a.length > cfg_.rndv_threshold && !volatile_fits && w &&
+               w->has_bulk(peer);
+        if (rndv) {
+            h.flags |= proto::kRendezvous;
+            add_segments(put_md->region, put_off, a.length, segs);
+        } else {
+            put_md->region.pieces(put_off, a.length, iov);
+        }
+    }
+    if (!segs.empty()) iov.push_back({segs.data(), segs.size() * sizeof(proto::Segment)});
+
+    const bool reply_due = get_md != nullptr;
+    const bool response_due = reply_due || rndv || ack_req != PTL_NO_ACK_REQ;
+    size_t bytes = 0;
+    for (auto &v : iov) bytes += v.iov_len;
+    const bool sent = w && bytes <= max_inline + operand_len && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
+    if (!sent) {
+        // Undeliverable right away: complete locally with the failure (F1).
+        if (put_md) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
+        if (get_md) initiator_event(get_md, PTL_EVENT_REPLY, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
+        else if (ack_req != PTL_NO_ACK_REQ)
+            initiator_event(put_md, PTL_EVENT_ACK, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr,
+                            ack_req == PTL_ACK_REQ);
+        return PTL_OK;
+    }
+    if (response_due) {
+        PendingOp p{};
+        p.op = op;
+        p.put_md = put_md ? put_md->handle : PTL_INVALID_HANDLE;
+        p.get_md = get_md ? get_md->handle : PTL_INVALID_HANDLE;
+        p.local_get_offset = get_off;
+        p.length = a.length;
+        p.user_ptr = a.user_ptr;
+        p.peer = peer;
+        p.ack_req = ack_req;
+        p.send_due = rndv;
+        p.reply_due = reply_due;
+        n->pending.emplace(h.op_id, p);
+        if (rndv) ++put_md->pending;
+        if (reply_due) ++get_md->pending;
+    }
+    // The data was copied into the wire, so the buffer may be reused: SEND now.
+    if (put_md && !rndv) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
+    return PTL_OK;
+}
+
+void Engine::on_ack(Ni *n, const proto::Header &h) {
+    auto it = n->pending.find(h.op_id);
+    if (it == n->pending.end()) {
+        n->count(PTL_SR_DROP_COUNT);
+        return;
+    }
+    PendingOp p = it->second;
+    n->pending.erase(it);
+    Md *md = n->md(p.put_md);
+    const ptl_ni_fail_t fail = h.ni_fail;
+    if (p.send_due) {
+        if (md) {
+            --md->pending;
+            // The data left our buffer (or never will): local completion.
+            const bool delivered = !(h.flags & proto::kSendOnly) || fail == PTL_NI_OK;
+            initiator_event(md, PTL_EVENT_SEND, delivered ? PTL_NI_OK : fail, p.length, 0, 0, p.user_ptr, true);
+        }
+    }
+    if (h.flags & proto::kSendOnly || p.ack_req == PTL_NO_ACK_REQ) return;
+    if (!md) {  // released before the ack arrived: discarded (§3.10.4)
+        n->count(PTL_SR_DROP_COUNT);
+        return;
+    }
+    if (p.ack_req == PTL_OC_ACK_REQ) {
+        // Counts operation completion: drops and permission failures are not failures (C6).
+        const bool failed = fail == PTL_NI_PT_DISABLED || fail == PTL_NI_UNDELIVERABLE || fail == PTL_NI_SEGV;
+        if (md->ct && (md->desc.options & PTL_MD_EVENT_CT_ACK)) ct_add(md->ct, !failed, 1);
+        return;
+    }
+    initiator_event(md, PTL_EVENT_ACK, fail, h.mlength, h.remote_offset, h.ptl_list, p.user_ptr,
+                    p.ack_req == PTL_ACK_REQ);
+}
+
+void Engine::on_reply(Ni *n, const proto::Header &h, const void *payload, size_t len) {
+    auto it = n->pending.find(h.op_id);
+    if (it == n->pending.end()) {
+        n->count(PTL_SR_DROP_COUNT);
+        return;
+    }
+    PendingOp p = it->second;
+    n->pending.erase(it);
+    Md *md = n->md(p.get_md);
+    if (!md) {
+        n->count(PTL_SR_DROP_COUNT);
+        return;
+    }
+    --md->pending;
+    ptl_ni_fail_t fail = h.ni_fail;
+    const ptl_size_t mlength = std::min<ptl_size_t>(h.mlength, p.length);
+    if (fail == PTL_NI_OK && !(h.flags & proto::kDataWritten)) {
+        if (len < mlength || !md->region.write(p.local_get_offset, payload, mlength, false))
+            fail = PTL_NI_SEGV;
+    }
+    initiator_event(md, PTL_EVENT_REPLY, fail, mlength, h.remote_offset, h.ptl_list, p.user_ptr, true);
+}
+
+void Engine::fail_op(Ni *n, uint64_t id, ptl_ni_fail_t fail) {
+    auto it = n->pending.find(id);
+    if (it == n->pending.end()) return;
+    PendingOp p = it->second;
+    n->pending.erase(it);
+    if (Md *md = n->md(p.put_md)) {
+        if (p.send_due) {
+            --md->pending;
+            initiator_event(md, PTL_EVENT_SEND, fail, 0, 0, 0, p.user_ptr, true);
+        }
+        if (p.ack_req == PTL_ACK_REQ || p.ack_req == PTL_CT_ACK_REQ)
+            initiator_event(md, PTL_EVENT_ACK, fail, 0, 0, 0, p.user_ptr, p.ack_req == PTL_ACK_REQ);
+        else if (p.ack_req == PTL_OC_ACK_REQ && md->ct && (md->desc.options & PTL_MD_EVENT_CT_ACK))
+            ct_add(md->ct, false, 1);
+    }
+    if (Md *md = n->md(p.get_md); md && p.reply_due) {
+        --md->pending;
+        initiator_event(md, PTL_EVENT_REPLY, fail, 0, 0, 0, p.user_ptr, true);
+    }
+}
+
+void Engine::check_dead_peers() {
+    for (Ni *n : nis_) {
+        if (!n || n->pending.empty()) continue;
+        std::vector<uint64_t> dead;
+        for (auto &[id, p] : n->pending) {
+            Wire *w = wire_for(p.peer);
+            if (!w || w->peer_dead(p.peer)) dead.push_back(id);
+        }
+        std::sort(dead.begin(), dead.end());  // fail in issue order
+        for (uint64_t id : dead) fail_op(n, id, PTL_NI_UNDELIVERABLE);
+    }
+}
+
+}  // namespace ptl

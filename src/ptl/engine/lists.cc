@@ -1,0 +1,235 @@
+// Appending, unlinking and searching list entries (§3.11, §3.12): the unexpected-list
+// search on append (L4-L6), use-once and locally managed entries, and the AUTO_UNLINK /
+// AUTO_FREE life cycle of overflow buffers (L11, U1-U5).
+#include <algorithm>
+
+#include "engine.h"
+#include "events.h"
+#include "match.h"
+
+namespace ptl {
+
+namespace {
+
+constexpr unsigned kLeOptions =
+    PTL_IOVEC | PTL_LE_OP_PUT | PTL_LE_OP_GET | PTL_LE_USE_ONCE | PTL_LE_UNEXPECTED_HDR_DISABLE |
+    PTL_LE_IS_ACCESSIBLE | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE |
+    PTL_LE_EVENT_FLOWCTRL_DISABLE | PTL_LE_EVENT_SUCCESS_DISABLE | PTL_LE_EVENT_OVER_DISABLE |
+    PTL_LE_EVENT_UNLINK_DISABLE | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_CT_OVERFLOW |
+    PTL_LE_EVENT_CT_BYTES | (1u << 19) /* pre-4.3 ACK_DISABLE, accepted and ignored */;
+constexpr unsigned kMeOptions = kLeOptions | PTL_ME_MANAGE_LOCAL | PTL_ME_NO_TRUNCATE |
+                                PTL_ME_MAY_ALIGN | PTL_ME_LOCAL_INC_UH_RLENGTH;
+
+// Validates an LE/ME description and fills a detached Entry (not yet in any table or list).
+int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entry &e) {
+    if (is_me != n.matching()) return PTL_ARG_INVALID;  // I-list 22
+    if (pti >= n.pts.size() || !n.pts[pti].allocated) return PTL_ARG_INVALID;
+    if (d.options & ~(is_me ? kMeOptions : kLeOptions)) return PTL_ARG_INVALID;
+    e.ni = &n;
+    e.is_me = is_me;
+    e.desc = d;
+    if (!is_me) {
+        e.desc.match_bits = 0;
+        e.desc.ignore_bits = ~ptl_match_bits_t(0);
+        e.desc.min_free = 0;
+        if (n.logical())
+            e.desc.match_id.rank = PTL_RANK_ANY;
+        else
+            e.desc.match_id.phys = {PTL_NID_ANY, PTL_PID_ANY};
+    }
+    if (d.ct_handle != PTL_CT_NONE && !(e.ct = n.ct(d.ct_handle))) return PTL_ARG_INVALID;
+    if (d.options & PTL_IOVEC) {
+        if ((!d.start && d.length) || d.length > uint64_t(n.limits.max_iovecs)) return PTL_ARG_INVALID;
+        e.region = Region::iovec(static_cast<const ptl_iovec_t *>(d.start), d.length);
+    } else {
+        e.region = Region::contiguous(d.start, d.length);
+    }
+    e.pt = pti;
+    e.exact = is_me && e.desc.ignore_bits == 0;
+    return PTL_OK;
+}
+
+}  // namespace
+
+void Engine::maybe_auto_free(Ni *n, Entry *e) {
+    if (!e->auto_unlinked || e->uh_count || e->list != PTL_OVERFLOW_LIST) return;
+    if (e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE) return;
+    Pt &pt = n->pts[e->pt];
+    if (pt.eq && entry_allows_full(*e, PTL_EVENT_AUTO_FREE, true)) {
+        ptl_event_t ev{};
+        ev.type = PTL_EVENT_AUTO_FREE;
+        ev.pt_index = e->pt;
+        ev.user_ptr = e->user_ptr;
+        ev.ni_fail_type = PTL_NI_OK;
+        post_event(pt.eq, ev);
+    }
+}
+
+void Engine::auto_unlink(Ni *n, Pt &pt, Entry *e) {
+    pt.lists[e->list].remove(e);
+    e->auto_unlinked = true;
+    if (pt.eq && entry_allows_full(*e, PTL_EVENT_AUTO_UNLINK, true)) {
+        ptl_event_t ev{};
+        ev.type = PTL_EVENT_AUTO_UNLINK;
+        ev.pt_index = e->pt;
+        ev.user_ptr = e->user_ptr;
+        ev.ni_fail_type = PTL_NI_OK;
+        post_event(pt.eq, ev);
+    }
+    maybe_auto_free(n, e);
+    n->zombies.push_back(e);
+}
+
+void Engine::free_zombies(Ni *n) {
+    auto keep = std::remove_if(n->zombies.begin(), n->zombies.end(), [n](Entry *e) {
+        if (e->uh_count) return false;
+        n->entries.remove(split_handle(e->handle).slot);
+        return true;
+    });
+    n->zombies.erase(keep, n->zombies.end());
+}
+
+// Delivers one unexpected header to the appending or searching entry `e` as `type`, and
+// removes the header when `consume`.
+static void claim_header(Ni *n, Pt &pt, UnexpectedHeader *u, bool consume) {
+    if (!consume) return;
+    pt.unexpected.remove(u);
+    --n->unexpected;
+    --u->entry->uh_count;
+}
+
+int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me,
+                   ptl_list_t list, void *user_ptr, uint32_t *out) {
+    Lock lk(mu_);
+    Ni *n = ni_of(nh);
+    if (!n || !d || !out || (list != PTL_PRIORITY_LIST && list != PTL_OVERFLOW_LIST))
+        return PTL_ARG_INVALID;
+    if (n->logical() && !n->map_set) return PTL_ARG_INVALID;  // LA1
+    auto e = std::make_unique<Entry>();
+    if (int rc = prepare_entry(*n, pti, *d, is_me, *e); rc != PTL_OK) return rc;
+    Pt &pt = n->pts[pti];
+    if (list == PTL_PRIORITY_LIST) {
+        if ((pt.options & PTL_PT_ONLY_USE_ONCE) && !(d->options & PTL_ME_USE_ONCE)) return PTL_ARG_INVALID;
+        if ((pt.options & PTL_PT_ONLY_TRUNCATE) && (d->options & PTL_ME_NO_TRUNCATE)) return PTL_ARG_INVALID;
+    }
+    if (pt.lists[list].size >= uint32_t(n->limits.max_list_size)) return PTL_LIST_TOO_LONG;
+    free_zombies(n);
+    e->user_ptr = user_ptr;
+    e->list = list;
+    e->seq = n->next_seq++;
+    const uint32_t slot = n->entries.insert(std::move(e));
+    if (slot == UINT32_MAX) return PTL_NO_SPACE;
+    Entry *en = n->entries.get(slot, n->entries.gen(slot));
+    en->handle = make_handle(is_me ? ObjType::Me : ObjType::Le, n->index, slot, n->entries.gen(slot));
+    *out = en->handle;
+
+    const unsigned o = en->opts();
+    if (list == PTL_PRIORITY_LIST && pt.unexpected.size) {
+        // L4-L6: claim matching unexpected headers, oldest first, before linking.
+        const bool inc_rlength = is_me && (o & PTL_ME_MANAGE_LOCAL) && (o & PTL_ME_LOCAL_INC_UH_RLENGTH) &&
+                                 !(o & PTL_ME_USE_ONCE);
+        bool consumed_once = false;
+        bool unlinked = false;
+        for_each_matching_header(*n, pt, *en, [&](UnexpectedHeader *u) {
+            const ptl_event_kind_t type = overflow_kind(u->kind);
+            if (pt.eq && entry_allows_full(*en, type, true))
+                post_event(pt.eq, event_from_header(*u, type, pti, user_ptr, PTL_NI_OK));
+            if (uint64_t amt = entry_count_amount(*en, type, true, u->mlength)) ct_add(en->ct, true, amt);
+            const uint64_t rlength = u->rlength;
+            claim_header(n, pt, u, true);
+            maybe_auto_free(n, u->entry);
+            delete u;
+            if (o & PTL_ME_USE_ONCE) {
+                consumed_once = true;
+                return false;
+            }
+            if (inc_rlength) {
+                en->local_offset += rlength;
+                if (en->desc.min_free && en->desc.length - std::min(en->local_offset, en->desc.length) <
+                                             en->desc.min_free) {
+                    unlinked = true;
+                    return false;
+                }
+            }
+            return true;
+        });
+        if (consumed_once || unlinked) {
+            // Not linked; still reports AUTO_UNLINK (L5, I-list 21: no LINK).
+            en->auto_unlinked = true;
+            if (pt.eq && entry_allows_full(*en, PTL_EVENT_AUTO_UNLINK, true)) {
+                ptl_event_t ev{};
+                ev.type = PTL_EVENT_AUTO_UNLINK;
+                ev.pt_index = pti;
+                ev.user_ptr = user_ptr;
+                post_event(pt.eq, ev);
+            }
+            n->zombies.push_back(en);
+            run_triggers();
+            return PTL_OK;
+        }
+    }
+    pt.lists[list].add(en);
+    if (pt.eq && entry_allows_full(*en, PTL_EVENT_LINK, true)) {
+        ptl_event_t ev{};
+        ev.type = PTL_EVENT_LINK;
+        ev.pt_index = pti;
+        ev.user_ptr = user_ptr;
+        post_event(pt.eq, ev);
+    }
+    run_triggers();
+    return PTL_OK;
+}
+
+int Engine::unlink(uint32_t h, bool is_me) {
+    Lock lk(mu_);
+    Ni *n = ni_for_object(h);
+    Entry *e = n ? n->entry(h, is_me) : nullptr;
+    if (!e) return PTL_ARG_INVALID;
+    if (e->auto_unlinked || e->uh_count) return PTL_IN_USE;  // U4, L12
+    n->pts[e->pt].lists[e->list].remove(e);
+    n->entries.remove(split_handle(h).slot);
+    return PTL_OK;
+}
+
+int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me,
+                   ptl_search_op_t op, void *user_ptr) {
+    Lock lk(mu_);
+    Ni *n = ni_of(nh);
+    if (!n || !d || (op != PTL_SEARCH_ONLY && op != PTL_SEARCH_DELETE)) return PTL_ARG_INVALID;
+    if (n->logical() && !n->map_set) return PTL_ARG_INVALID;
+    Entry e;
+    if (int rc = prepare_entry(*n, pti, *d, is_me, e); rc != PTL_OK) return rc;
+    e.user_ptr = user_ptr;
+    Pt &pt = n->pts[pti];
+    const bool once = d->options & PTL_ME_USE_ONCE;
+    bool found = false;
+    for_each_matching_header(*n, pt, e, [&](UnexpectedHeader *u) {
+        found = true;
+        const ptl_event_kind_t type = op == PTL_SEARCH_ONLY ? PTL_EVENT_SEARCH : overflow_kind(u->kind);
+        if (pt.eq && entry_allows_full(e, type, true))
+            post_event(pt.eq, event_from_header(*u, type, pti, user_ptr, PTL_NI_OK));
+        ct_add(e.ct, true, 1);  // S7: one per match
+        if (op == PTL_SEARCH_DELETE) {
+            claim_header(n, pt, u, true);
+            maybe_auto_free(n, u->entry);
+            delete u;
+        }
+        return !once;
+    });
+    if (!(once && found)) {
+        // S5/S6: the terminator, also when a persistent search found matches.
+        if (pt.eq && entry_allows_full(e, PTL_EVENT_SEARCH, false)) {
+            ptl_event_t ev{};
+            ev.type = PTL_EVENT_SEARCH;
+            ev.pt_index = pti;
+            ev.user_ptr = user_ptr;
+            ev.ni_fail_type = PTL_NI_NO_MATCH;
+            post_event(pt.eq, ev);
+        }
+        ct_add(e.ct, false, 1);
+    }
+    run_triggers();
+    return PTL_OK;
+}
+
+}  // namespace ptl

@@ -1,0 +1,59 @@
+#include "ni.h"
+
+namespace ptl {
+
+Ni::Ni(Engine *e, uint32_t idx, unsigned opts, const ptl_ni_limits_t &lim)
+    : engine(e), index(idx), options(opts), handle(0), limits(lim), pts(size_t(lim.max_pt_index) + 1),
+      mds(uint32_t(lim.max_mds)), entries(uint32_t(lim.max_entries)), eqs(uint32_t(lim.max_eqs)),
+      cts(uint32_t(lim.max_cts)) {}
+
+Ni::~Ni() {
+    // Unexpected headers are owned by their PT's list.
+    for (Pt &pt : pts)
+        while (UnexpectedHeader *u = pt.unexpected.all.front()) {
+            pt.unexpected.remove(u);
+            delete u;
+        }
+}
+
+Md *Ni::md(ptl_handle_md_t h) const {
+    const HandleParts p = split_handle(h);
+    if (p.type != ObjType::Md || p.ni != index) return nullptr;
+    return mds.get(p.slot, p.gen);
+}
+
+Entry *Ni::entry(uint32_t h, bool me) const {
+    const HandleParts p = split_handle(h);
+    if (p.type != (me ? ObjType::Me : ObjType::Le) || p.ni != index) return nullptr;
+    return entries.get(p.slot, p.gen);
+}
+
+Eq *Ni::eq(ptl_handle_eq_t h) const {
+    const HandleParts p = split_handle(h);
+    if (p.type != ObjType::Eq || p.ni != index) return nullptr;
+    return eqs.get(p.slot, p.gen);
+}
+
+Ct *Ni::ct(ptl_handle_ct_t h) const {
+    const HandleParts p = split_handle(h);
+    if (p.type != ObjType::Ct || p.ni != index) return nullptr;
+    return cts.get(p.slot, p.gen);
+}
+
+bool Ni::resolve(ptl_process_t target, PeerId *out) const {
+    if (!logical()) {
+        *out = {target.phys.nid, target.phys.pid};
+        return true;
+    }
+    if (target.rank >= map.size()) return false;
+    *out = {map[target.rank].phys.nid, map[target.rank].phys.pid};
+    return true;
+}
+
+ptl_rank_t Ni::rank_of(PeerId p) const {
+    for (size_t r = 0; r < map.size(); ++r)
+        if (map[r].phys.nid == p.nid && map[r].phys.pid == p.pid) return ptl_rank_t(r);
+    return PTL_RANK_ANY;
+}
+
+}  // namespace ptl

@@ -1,0 +1,82 @@
+// A logical network interface (§3.6): its portal table, objects, map, status registers and
+// the operations it has in flight as an initiator.
+#pragma once
+
+#include <portals4.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "ct.h"
+#include "entry.h"
+#include "eq.h"
+#include "handle.h"
+#include "md.h"
+#include "pt.h"
+#include "../wire/wire.h"
+
+namespace ptl {
+
+class Engine;
+
+// An operation this NI started and whose response (ACK, REPLY or rendezvous completion) is
+// still due.
+struct PendingOp {
+    uint8_t op;  // proto::Op
+    ptl_handle_md_t put_md;
+    ptl_handle_md_t get_md;
+    ptl_size_t local_get_offset;
+    ptl_size_t length;
+    void *user_ptr;
+    PeerId peer;
+    ptl_ack_req_t ack_req;
+    bool send_due;   // rendezvous put: SEND waits until the target pulled the data
+    bool reply_due;  // get/fetch/swap
+};
+
+class Ni {
+public:
+    Ni(Engine *e, uint32_t index, unsigned options, const ptl_ni_limits_t &limits);
+    ~Ni();
+
+    Engine *engine;
+    uint32_t index;
+    unsigned options;
+    uint32_t handle;
+    uint32_t refs = 1;
+    ptl_ni_limits_t limits;
+    bool matching() const { return options & PTL_NI_MATCHING; }
+    bool logical() const { return options & PTL_NI_LOGICAL; }
+
+    std::vector<Pt> pts;
+    SlotTable<Md> mds;
+    SlotTable<Entry> entries;
+    SlotTable<Eq> eqs;
+    SlotTable<Ct> cts;
+    std::vector<ptl_process_t> map;
+    bool map_set = false;
+    std::atomic<ptl_sr_value_t> sr[PTL_SR_LAST] = {};
+    uint64_t next_seq = 1;
+    uint64_t next_op_id = 1;
+    std::unordered_map<uint64_t, PendingOp> pending;
+    uint32_t triggered = 0;
+    uint32_t unexpected = 0;  // headers held across all PTs (max_unexpected_headers)
+    uint32_t bundle_depth = 0;
+    std::vector<Entry *> zombies;  // auto-unlinked entries freed at the next append
+
+    Md *md(ptl_handle_md_t h) const;
+    Entry *entry(uint32_t h, bool me) const;
+    Eq *eq(ptl_handle_eq_t h) const;
+    Ct *ct(ptl_handle_ct_t h) const;
+
+    void count(ptl_sr_index_t r) { sr[r].fetch_add(1, std::memory_order_relaxed); }
+    // The (nid, pid) of a target: through the map on logical NIs (LA2).
+    bool resolve(ptl_process_t target, PeerId *out) const;
+    // The rank of a physical peer through our map, for events and match_id on logical NIs.
+    ptl_rank_t rank_of(PeerId p) const;
+};
+
+}  // namespace ptl

@@ -1,0 +1,77 @@
+// Portal table entry (§3.7): priority and overflow lists, the hidden unexpected list, its EQ
+// and its enabled state. Matching keeps posting order across exact and wildcard entries
+// while finding exact-match entries in O(1) (DESIGN decision 4): entries without ignore bits
+// live in per-match-bits FIFOs, the rest in one FIFO, and the lower sequence number wins.
+#pragma once
+
+#include <portals4.h>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "entry.h"
+#include "ilist.h"
+
+namespace ptl {
+
+struct Eq;
+
+using EntryList = IList<Entry, &Entry::hook>;
+using UhList = IList<UnexpectedHeader, &UnexpectedHeader::all_hook>;
+using UhBucket = IList<UnexpectedHeader, &UnexpectedHeader::bucket_hook>;
+
+// One list (priority or overflow) of one PT.
+struct MatchList {
+    EntryList wildcard;
+    std::unordered_map<ptl_match_bits_t, EntryList> exact;
+    uint32_t size = 0;
+
+    void add(Entry *e);
+    void remove(Entry *e);
+
+    // The first entry in posting order for which `accept` is true, considering only entries
+    // that could match `bits`.
+    template <typename Accept>
+    Entry *find(ptl_match_bits_t bits, Accept &&accept) {
+        Entry *best = nullptr;
+        if (!exact.empty()) {
+            auto it = exact.find(bits);
+            if (it != exact.end())
+                for (Entry *e = it->second.front(); e; e = it->second.next(e))
+                    if (accept(e)) {
+                        best = e;
+                        break;
+                    }
+        }
+        for (Entry *e = wildcard.front(); e; e = wildcard.next(e)) {
+            if (best && e->seq > best->seq) break;
+            if (accept(e)) return e;
+        }
+        return best;
+    }
+};
+
+// Unexpected headers in arrival order, also bucketed by match bits for exact appends.
+struct UnexpectedList {
+    UhList all;
+    std::unordered_map<ptl_match_bits_t, UhBucket> by_bits;
+    uint32_t size = 0;
+
+    void add(UnexpectedHeader *u);
+    void remove(UnexpectedHeader *u);
+};
+
+struct Pt {
+    bool allocated = false;
+    bool enabled = false;
+    unsigned options = 0;
+    Eq *eq = nullptr;
+    MatchList lists[2];  // PTL_PRIORITY_LIST, PTL_OVERFLOW_LIST
+    UnexpectedList unexpected;
+    uint32_t busy = 0;  // operations being delivered (PtlPTDisable waits for them)
+
+    uint32_t entries() const { return lists[0].size + lists[1].size; }
+};
+
+}  // namespace ptl

@@ -1,0 +1,39 @@
+// A memory region as Portals describes it: one contiguous range, or a PTL_IOVEC list that
+// behaves as if it were contiguous (§3.10.2). Offsets are always region offsets.
+#pragma once
+
+#include <portals4.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ptl {
+
+struct Region {
+    void *start = nullptr;
+    uint64_t length = 0;  // total bytes
+    const ptl_iovec_t *iov = nullptr;
+    uint64_t niov = 0;
+
+    static Region contiguous(void *start, uint64_t length) { return {start, length, nullptr, 0}; }
+    static Region iovec(const ptl_iovec_t *iov, uint64_t n);
+
+    // Address of the byte at `offset` (the event `start` for an iovec region, §4.4).
+    void *address_at(uint64_t offset) const;
+
+    // Appends the (address, length) pieces covering [offset, offset+len) to `out`.
+    void pieces(uint64_t offset, uint64_t len, std::vector<struct iovec> &out) const;
+
+    // Copies into / out of the region. `checked` copies go through the kernel so that an
+    // unmapped address fails the copy (PTL_NI_SEGV) instead of faulting the process.
+    bool write(uint64_t offset, const void *src, uint64_t len, bool checked) const;
+    bool read(uint64_t offset, void *dst, uint64_t len, bool checked) const;
+};
+
+// Copies that report EFAULT instead of faulting (process_vm_readv/writev on ourselves).
+bool checked_copy_to(void *dst, const void *src, size_t len);
+bool checked_copy_from(void *dst, const void *src, size_t len);
+
+}  // namespace ptl

@@ -1,0 +1,350 @@
+// Target-side processing of an incoming put, get or atomic (digest §6.1): PT checks,
+// matching, permissions, flow control, data movement, events, unexpected headers, unlinks
+// and the response. Everything runs under the engine lock, so a delivery is atomic with
+// respect to API calls (T1) and complete before its events appear (EO3, EO4).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "atomic_ops.h"
+#include "engine.h"
+#include "events.h"
+#include "match.h"
+
+namespace ptl {
+
+namespace {
+
+bool is_request(uint8_t op) { return op >= proto::kPut && op <= proto::kSwap; }
+bool wants_reply(uint8_t op) { return op == proto::kGet || op == proto::kFetchAtomic || op == proto::kSwap; }
+
+ptl_event_kind_t comm_kind(uint8_t op) {
+    switch (op) {
+        case proto::kPut: return PTL_EVENT_PUT;
+        case proto::kGet: return PTL_EVENT_GET;
+        case proto::kAtomic: return PTL_EVENT_ATOMIC;
+        default: return PTL_EVENT_FETCH_ATOMIC;
+    }
+}
+
+UhKind uh_kind(uint8_t op) {
+    switch (op) {
+        case proto::kPut: return UhKind::Put;
+        case proto::kGet: return UhKind::Get;
+        case proto::kAtomic: return UhKind::Atomic;
+        default: return UhKind::FetchAtomic;
+    }
+}
+
+std::vector<struct iovec> segments_to_iovecs(const void *p, size_t n) {
+    std::vector<struct iovec> v(n);
+    for (size_t i = 0; i < n; ++i) {
+        proto::Segment s;
+        std::memcpy(&s, static_cast<const char *>(p) + i * sizeof s, sizeof s);
+        v[i] = {reinterpret_cast<void *>(s.addr), s.len};
+    }
+    return v;
+}
+
+}  // namespace
+
+void Engine::handle_message(const InMessage &m) {
+    proto::Header h;
+    if (m.header_len != sizeof h) {
+        for (Ni *n : nis_)
+            if (n) {
+                n->count(PTL_SR_MALFORMED_MESSAGES);
+                break;
+            }
+        return;
+    }
+    std::memcpy(&h, m.header, sizeof h);
+    Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr;
+    if (h.op == 0 || h.op > proto::kOpLast || h.ni_index >= 4 || h.operand_len > 32 ||
+        h.operand_len > m.payload_len) {
+        for (Ni *x : nis_)
+            if (x) {
+                x->count(PTL_SR_MALFORMED_MESSAGES);
+                break;
+            }
+        return;
+    }
+    if (!n) {
+        // No such logical NI here: the message is dropped (§4.2.2); tell the initiator so
+        // its operation completes.
+        if (is_request(h.op)) respond(nullptr, m, h, wants_reply(h.op) ? proto::kReply : proto::kAck,
+                                      PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, 0);
+        return;
+    }
+    switch (h.op) {
+        case proto::kAck: on_ack(n, h); break;
+        case proto::kReply: on_reply(n, h, m.payload, m.payload_len); break;
+        default: on_request(n, m, h); break;
+    }
+}
+
+void Engine::respond(Ni *, const InMessage &m, const proto::Header &req, uint8_t op,
+                     ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset, ptl_list_t list,
+                     const void *data, size_t data_len, uint8_t extra_flags) {
+    proto::Header r{};
+    r.op = op;
+    r.ni_index = req.ni_index;
+    r.ack_req = req.ack_req;
+    r.flags = extra_flags;
+    r.ni_fail = fail;
+    r.ptl_list = list;
+    r.pt_index = req.pt_index;
+    r.mlength = mlength;
+    r.remote_offset = offset;
+    r.length = req.length;
+    r.op_id = req.op_id;
+    struct iovec iov{const_cast<void *>(data), data_len};
+    send(m.from, r, &iov, data_len ? 1 : 0);
+}
+
+void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
+    const uint8_t op = h.op;
+    const bool rndv = h.flags & proto::kRendezvous;
+    const bool reply = wants_reply(op);
+    const uint8_t resp_op = reply ? proto::kReply : proto::kAck;
+    const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
+    // A response is owed when the initiator waits for one: ACK requested, a reply, or a
+    // rendezvous put whose SEND waits until we pulled the data.
+    auto refuse = [&](ptl_ni_fail_t fail) {
+        if (reply || ack_wanted || rndv)
+            respond(n, m, h, resp_op, fail, 0, h.remote_offset, 0, nullptr, 0,
+                    ack_wanted || reply ? 0 : proto::kSendOnly);
+    };
+    // Silent drops (no match, unexpected list full, no flow control) send nothing unless an
+    // operation-completion ack, a rendezvous SEND or PTL_NOTIFY_DROPS needs it (X3).
+    auto silent_drop = [&] {
+        n->count(PTL_SR_DROP_COUNT);
+        if (cfg_.notify_drops || h.ack_req == PTL_OC_ACK_REQ)
+            refuse(PTL_NI_DROPPED);
+        else if (rndv && !ack_wanted)
+            respond(n, m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);
+    };
+
+    if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
+        n->count(PTL_SR_DROP_COUNT);
+        refuse(PTL_NI_DROPPED);
+        return;
+    }
+    const ptl_pt_index_t pti = h.pt_index;
+    Pt &pt = n->pts[pti];
+    if (!pt.enabled) {
+        n->count(PTL_SR_DROP_COUNT);
+        refuse(PTL_NI_PT_DISABLED);
+        return;
+    }
+
+    const Source src{m.from.nid, m.from.pid, h.src_rank};
+    const ptl_size_t rlength = h.length;
+    auto fits = [&](Entry *e) {
+        if (!bits_match(*e, h.match_bits) || !source_matches(*n, *e, src)) return false;
+        if ((e->opts() & PTL_ME_NO_TRUNCATE) && rlength > 0) {  // M4
+            const ptl_size_t off = (e->opts() & PTL_ME_MANAGE_LOCAL) ? e->local_offset : h.remote_offset;
+            if (off > e->desc.length || rlength > e->desc.length - off) return false;
+        }
+        return true;
+    };
+    ptl_list_t list = PTL_PRIORITY_LIST;
+    Entry *e = pt.lists[PTL_PRIORITY_LIST].find(h.match_bits, fits);
+    if (!e) {
+        list = PTL_OVERFLOW_LIST;
+        e = pt.lists[PTL_OVERFLOW_LIST].find(h.match_bits, fits);
+    }
+    auto disable_pt = [&](Entry *cause) {
+        // FC4-FC7: disable, report PT_DISABLED (unless the matched entry suppresses it), drop.
+        pt.enabled = false;
+        if (pt.eq && !(cause && (cause->opts() & PTL_ME_EVENT_FLOWCTRL_DISABLE))) {
+            ptl_event_t ev{};
+            ev.type = PTL_EVENT_PT_DISABLED;
+            ev.pt_index = pti;
+            ev.user_ptr = cause ? cause->user_ptr : nullptr;
+            ev.ni_fail_type = PTL_NI_PT_DISABLED;
+            post_event(pt.eq, ev);
+        }
+        n->count(PTL_SR_DROP_COUNT);
+        refuse(PTL_NI_PT_DISABLED);
+    };
+    if (!e) {
+        if (pt.options & PTL_PT_FLOWCTRL)
+            disable_pt(nullptr);
+        else
+            silent_drop();
+        return;
+    }
+
+    // Permissions end the walk: no fall-through to later entries (M6, tricky point 1).
+    if (e->desc.uid != PTL_UID_ANY && e->desc.uid != h.uid) {
+        n->count(PTL_SR_PERMISSION_VIOLATIONS);
+        refuse(PTL_NI_PERM_VIOLATION);
+        return;
+    }
+    const unsigned need = op == proto::kGet                  ? PTL_ME_OP_GET
+                          : op == proto::kPut || op == proto::kAtomic ? PTL_ME_OP_PUT
+                                                                      : PTL_ME_OP_PUT | PTL_ME_OP_GET;
+    if ((e->opts() & need) != need) {
+        n->count(PTL_SR_OPERATION_VIOLATIONS);
+        refuse(PTL_NI_OP_VIOLATION);
+        return;
+    }
+    const bool keep_header = list == PTL_OVERFLOW_LIST && !(e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
+    if (keep_header && n->unexpected >= uint32_t(n->limits.max_unexpected_headers)) {
+        if (pt.options & PTL_PT_FLOWCTRL)
+            disable_pt(e);
+        else
+            silent_drop();
+        return;
+    }
+    const ptl_event_kind_t kind = comm_kind(op);
+    if ((pt.options & PTL_PT_FLOWCTRL) && pt.eq && entry_allows_full(*e, kind, true) &&
+        !pt.eq->has_room_for_regular()) {
+        disable_pt(e);
+        return;
+    }
+
+    // Offset and length (B1-B4, step 10-11).
+    const bool local = e->opts() & PTL_ME_MANAGE_LOCAL;
+    const ptl_size_t offset = local ? e->local_offset : h.remote_offset;
+    ptl_size_t mlength = offset >= e->desc.length ? 0 : std::min(rlength, e->desc.length - offset);
+    const bool is_atomic = op == proto::kAtomic || op == proto::kFetchAtomic || op == proto::kSwap;
+    const size_t dts = is_atomic ? atomics::datatype_size(h.atomic_type) : 1;
+    if (is_atomic && dts) mlength -= mlength % dts;
+
+    const char *payload = static_cast<const char *>(m.payload);
+    const void *operand = h.operand_len ? payload : nullptr;
+    const char *data = payload + h.operand_len;
+    const size_t data_len = m.payload_len - h.operand_len;
+    const bool checked = e->checked_access();
+    bool ok = true;
+    std::vector<char> out;  // reply data
+    uint8_t reply_flags = 0;
+
+    auto write_in = [&](ptl_size_t len) -> bool {
+        if (!rndv) return len <= data_len && e->region.write(offset, data, len, checked);
+        auto remote = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
+        std::vector<struct iovec> local_iov;
+        e->region.pieces(offset, len, local_iov);
+        // Pull only mlength bytes: trim the remote list to the same length.
+        std::vector<struct iovec> r;
+        ptl_size_t left = len;
+        for (auto &s : remote) {
+            if (!left) break;
+            const size_t k = std::min<size_t>(s.iov_len, left);
+            r.push_back({s.iov_base, k});
+            left -= k;
+        }
+        Wire *w = wire_for(m.from);
+        return len == 0 || (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.data(),
+                                              int(r.size())));
+    };
+
+    if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {
+        ok = write_in(mlength);
+    } else if (op == proto::kAtomic) {
+        std::vector<char> t(mlength);
+        ok = mlength <= data_len && e->region.read(offset, t.data(), mlength, checked);
+        if (ok) {
+            atomics::apply(h.atomic_op, h.atomic_type, t.data(), data, operand, mlength);
+            ok = e->region.write(offset, t.data(), mlength, checked);
+        }
+    } else if (op == proto::kGet || list == PTL_OVERFLOW_LIST) {
+        // A get, or a fetching atomic matched in the overflow list, which behaves as a get
+        // of the overflow bytes (A11).
+        if (h.flags & proto::kBulkReply) {
+            auto remote = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
+            std::vector<struct iovec> local_iov;
+            e->region.pieces(offset, mlength, local_iov);
+            std::vector<struct iovec> r;
+            ptl_size_t left = mlength;
+            for (auto &s : remote) {
+                if (!left) break;
+                const size_t k = std::min<size_t>(s.iov_len, left);
+                r.push_back({s.iov_base, k});
+                left -= k;
+            }
+            Wire *w = wire_for(m.from);
+            ok = mlength == 0 || (w && w->bulk_write(m.from, local_iov.data(), int(local_iov.size()),
+                                                     r.data(), int(r.size())));
+            reply_flags = proto::kDataWritten;
+        } else {
+            out.resize(mlength);
+            ok = e->region.read(offset, out.data(), mlength, checked);
+        }
+    } else {
+        // Fetching atomic or swap in the priority list: reply with the value before (F41).
+        out.resize(mlength);
+        ok = mlength <= data_len && e->region.read(offset, out.data(), mlength, checked);
+        if (ok) {
+            std::vector<char> t(out);
+            atomics::apply(h.atomic_op, h.atomic_type, t.data(), data, operand, mlength);
+            ok = e->region.write(offset, t.data(), mlength, checked);
+        }
+    }
+    const ptl_ni_fail_t fail = (ok || mlength == 0) ? PTL_NI_OK : PTL_NI_SEGV;  // B6
+    if (fail != PTL_NI_OK) out.clear();
+    if (local) e->local_offset += mlength;  // I-list 25
+
+    // The comm event, on the entry that received the message (C7).
+    ptl_event_t ev{};
+    ev.type = kind;
+    ev.start = e->region.address_at(offset);
+    ev.user_ptr = e->user_ptr;
+    ev.hdr_data = h.hdr_data;
+    ev.match_bits = e->is_me ? h.match_bits : 0;
+    ev.rlength = rlength;
+    ev.mlength = mlength;
+    ev.remote_offset = h.remote_offset;
+    if (n->logical())
+        ev.initiator.rank = h.src_rank;
+    else
+        ev.initiator.phys = {m.from.nid, m.from.pid};
+    ev.uid = h.uid;
+    ev.pt_index = pti;
+    ev.ptl_list = list;
+    ev.ni_fail_type = fail;
+    ev.atomic_operation = h.atomic_op;
+    ev.atomic_type = h.atomic_type;
+    if (pt.eq && entry_allows_full(*e, kind, fail == PTL_NI_OK)) post_event(pt.eq, ev);
+    if (uint64_t amt = entry_count_amount(*e, kind, fail == PTL_NI_OK, mlength))
+        ct_add(e->ct, fail == PTL_NI_OK, amt);
+
+    if (keep_header) {
+        auto *u = new UnexpectedHeader{};
+        u->kind = uh_kind(op);
+        u->initiator = ev.initiator;
+        u->src_nid = m.from.nid;
+        u->src_pid = m.from.pid;
+        u->src_rank = h.src_rank;
+        u->uid = h.uid;
+        u->match_bits = h.match_bits;
+        u->hdr_data = h.hdr_data;
+        u->rlength = rlength;
+        u->mlength = mlength;
+        u->remote_offset = h.remote_offset;
+        u->atomic_op = h.atomic_op;
+        u->atomic_type = h.atomic_type;
+        u->entry = e;
+        u->start = ev.start;
+        pt.unexpected.add(u);
+        ++e->uh_count;
+        ++n->unexpected;
+    }
+
+    // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets.
+    if ((e->opts() & PTL_ME_USE_ONCE) ||
+        (local && e->desc.min_free &&
+         e->desc.length - std::min(e->local_offset, e->desc.length) < e->desc.min_free))
+        auto_unlink(n, pt, e);
+
+    if (reply) {
+        respond(n, m, h, proto::kReply, fail, mlength, offset, list, out.data(), out.size(), reply_flags);
+    } else if (ack_wanted || rndv) {
+        respond(n, m, h, proto::kAck, fail, mlength, offset, list, nullptr, 0,
+                ack_wanted ? 0 : proto::kSendOnly);
+    }
+}
+
+}  // namespace ptl

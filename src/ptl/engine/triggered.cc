@@ -1,0 +1,71 @@
+// Triggered operations (§3.16): kept per CT in threshold order and released, in that order
+// and in posting order for equal thresholds, when the success count reaches them (TR1-TR7).
+// Firing can raise other CTs, so release runs as a work list rather than by recursion.
+#include <algorithm>
+
+#include "engine.h"
+
+namespace ptl {
+
+int Engine::triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t threshold) {
+    Lock lk(mu_);
+    Ct *t = ct_of(trig_ct);
+    if (!t) return PTL_ARG_INVALID;
+    Ni *n = t->ni;
+    switch (op.kind) {
+        case TrigKind::CtInc:
+        case TrigKind::CtSet: {
+            if (!ct_of(op.ct)) return PTL_ARG_INVALID;
+            if (op.kind == TrigKind::CtInc && op.value.success && op.value.failure) return PTL_ARG_INVALID;
+            break;
+        }
+        default: {
+            Md *m = md_of(op.args.md);
+            if (!m) return PTL_ARG_INVALID;
+            if ((op.kind == TrigKind::FetchAtomic || op.kind == TrigKind::Swap) && !md_of(op.args.get_md))
+                return PTL_ARG_INVALID;
+            break;
+        }
+    }
+    if (n->triggered >= uint32_t(n->limits.max_triggered_ops)) return PTL_NO_SPACE;
+    t->triggered.emplace(threshold, op);
+    ++n->triggered;
+    ct_changed(t);  // fires at once if the threshold is already reached (TR7)
+    run_triggers();
+    return PTL_OK;
+}
+
+void Engine::run_triggers() {
+    if (in_triggers_) return;
+    in_triggers_ = true;
+    while (!changed_cts_.empty()) {
+        Ct *c = changed_cts_.back();
+        changed_cts_.pop_back();
+        while (!c->triggered.empty() && c->triggered.begin()->first <= c->success.load()) {
+            TrigOp op = c->triggered.begin()->second;
+            c->triggered.erase(c->triggered.begin());
+            --c->ni->triggered;
+            switch (op.kind) {
+                case TrigKind::CtInc:
+                    if (Ct *d = ct_of(op.ct))
+                        ct_add(d, op.value.failure == 0, op.value.failure ? op.value.failure : op.value.success);
+                    break;
+                case TrigKind::CtSet:
+                    if (Ct *d = ct_of(op.ct)) {
+                        d->success.store(op.value.success);
+                        d->failure.store(op.value.failure);
+                        ct_changed(d);
+                    }
+                    break;
+                default:
+                    start_op(op.kind, op.args, true);
+                    break;
+            }
+            // The CT we are draining may have been re-queued by its own chain; keep going.
+        }
+        changed_cts_.erase(std::remove(changed_cts_.begin(), changed_cts_.end(), c), changed_cts_.end());
+    }
+    in_triggers_ = false;
+}
+
+}  // namespace ptl

@@ -1,0 +1,111 @@
+#include "identity.h"
+
+#include <portals4.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace ptl::identity {
+
+uint32_t select_nid(const std::string &ifname_in, std::string *chosen, std::string *err) {
+    std::string ifname = ifname_in;
+    if (ifname.empty()) {
+        if (const char *e = std::getenv("PTL_IFACE")) ifname = e;
+    }
+    struct ifaddrs *ifs = nullptr;
+    if (getifaddrs(&ifs) != 0) {
+        if (chosen) *chosen = "lo";
+        return ntohl(INADDR_LOOPBACK);
+    }
+    uint32_t nid = 0;
+    std::string name;
+    for (auto *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+        if (!ifname.empty()) {
+            if (ifname != i->ifa_name) continue;
+        } else if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) {
+            continue;
+        }
+        nid = ntohl(reinterpret_cast<sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr);
+        name = i->ifa_name;
+        break;
+    }
+    freeifaddrs(ifs);
+    if (nid == 0) {
+        if (!ifname.empty()) {
+            if (err) *err = "interface '" + ifname + "' has no IPv4 address";
+            return 0;
+        }
+        nid = ntohl(INADDR_LOOPBACK);
+        name = "lo";
+    }
+    if (chosen) *chosen = name;
+    return nid;
+}
+
+std::string ring_name(uint32_t nid, uint32_t pid) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "/ptl4-%u-%08x-%u", unsigned(getuid()), nid, pid);
+    return buf;
+}
+
+std::string lock_path(uint32_t nid, uint32_t pid) {
+    return "/dev/shm" + ring_name(nid, pid) + ".lock";
+}
+
+namespace {
+// 1 = acquired, 0 = held by a live process, -1 = error.
+int try_lock(uint32_t nid, uint32_t pid, int *fd_out, std::string *err) {
+    const std::string path = lock_path(nid, pid);
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (err) *err = "cannot open " + path + ": " + std::strerror(errno);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK) return 0;
+        if (err) *err = "cannot lock " + path + ": " + std::strerror(e);
+        return -1;
+    }
+    *fd_out = fd;
+    return 1;
+}
+}  // namespace
+
+int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) {
+    if (pid != PTL_PID_ANY) {
+        const int r = try_lock(nid, pid, lock_fd, err);
+        if (r == 1) return pid;
+        if (r == 0 && err) *err = "in use";
+        return -1;
+    }
+    for (uint32_t p = 0; p < PTL_PID_MAX; ++p) {
+        const int r = try_lock(nid, p, lock_fd, err);
+        if (r == 1) return p;
+        if (r < 0) return -1;
+    }
+    if (err) *err = "no free pid below PTL_PID_MAX";
+    return -1;
+}
+
+void release_pid(uint32_t nid, uint32_t pid, int lock_fd) {
+    // The lock file stays: unlinking it would let two processes lock different inodes of
+    // the same name. At most PTL_PID_MAX tiny files per (user, nid) remain.
+    (void)nid;
+    (void)pid;
+    close(lock_fd);
+}
+
+}  // namespace ptl::identity

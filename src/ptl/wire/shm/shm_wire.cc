@@ -1,0 +1,228 @@
+#include "shm_wire.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "../../runtime/identity.h"
+
+namespace ptl::shm {
+
+std::unique_ptr<ShmWire> ShmWire::create(PeerId self, const ShmConfig &cfg, std::string *err) {
+    std::unique_ptr<ShmWire> w(new ShmWire());
+    w->self_ = self;
+    w->name_ = identity::ring_name(self.nid, self.pid);
+    // We own the pid lock, so a leftover segment of this name is from a dead process.
+    shm_unlink(w->name_.c_str());
+    int fd = shm_open(w->name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        *err = "shm_open " + w->name_ + ": " + std::strerror(errno);
+        return nullptr;
+    }
+    w->len_ = Ring::segment_size(cfg.ncells, cfg.cell_size);
+    if (ftruncate(fd, off_t(w->len_)) != 0) {
+        *err = "ftruncate " + w->name_ + ": " + std::strerror(errno);
+        close(fd);
+        shm_unlink(w->name_.c_str());
+        return nullptr;
+    }
+    w->base_ = mmap(nullptr, w->len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (w->base_ == MAP_FAILED) {
+        w->base_ = nullptr;
+        *err = "mmap " + w->name_ + ": " + std::strerror(errno);
+        shm_unlink(w->name_.c_str());
+        return nullptr;
+    }
+    Ring::format(w->base_, cfg.ncells, cfg.cell_size, getpid());
+    w->rx_.attach(w->base_, w->len_);
+    return w;
+}
+
+ShmWire::~ShmWire() {
+    for (auto &[id, p] : peers_)
+        if (p->base) munmap(p->base, p->len);
+    if (base_) {
+        munmap(base_, len_);
+        shm_unlink(name_.c_str());
+    }
+}
+
+ShmWire::Peer *ShmWire::peer(PeerId id) {
+    auto it = peers_.find(id);
+    if (it != peers_.end()) return it->second.get();
+    auto p = std::make_unique<Peer>();
+    p->id = id;
+    const std::string name = identity::ring_name(id.nid, id.pid);
+    int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) return nullptr;
+    struct stat st{};
+    if (fstat(fd, &st) != 0 || st.st_size < off_t(sizeof(RingControl))) {
+        close(fd);
+        return nullptr;
+    }
+    p->len = size_t(st.st_size);
+    p->base = mmap(nullptr, p->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p->base == MAP_FAILED) return nullptr;
+    if (!p->ring.attach(p->base, p->len)) {
+        munmap(p->base, p->len);
+        return nullptr;
+    }
+    p->os_pid = p->ring.control()->owner_os_pid;
+    Peer *raw = p.get();
+    peers_.emplace(id, std::move(p));
+    return raw;
+}
+
+size_t ShmWire::max_inline(PeerId) const { return rx_.max_message_bytes(); }
+
+bool ShmWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                   int payload_count) {
+    Peer *p = peer(to);
+    if (!p || p->dead) return false;
+    size_t plen = 0;
+    for (int i = 0; i < payload_count; ++i) plen += payload[i].iov_len;
+    if (p->backlog.empty() &&
+        p->ring.try_push(self_.nid, self_.pid, header, header_len, payload, payload_count, plen))
+        return true;
+    if (header_len + plen > p->ring.max_message_bytes()) return false;
+    // Ring full: keep the message (and per-peer order) until the receiver drains it.
+    std::vector<char> m(sizeof(uint16_t) + header_len + plen);
+    const uint16_t hl = uint16_t(header_len);
+    std::memcpy(m.data(), &hl, sizeof hl);
+    std::memcpy(m.data() + sizeof hl, header, header_len);
+    char *d = m.data() + sizeof hl + header_len;
+    for (int i = 0; i < payload_count; ++i) {
+        std::memcpy(d, payload[i].iov_base, payload[i].iov_len);
+        d += payload[i].iov_len;
+    }
+    if (p->backlog.empty()) ++backlog_peers_;
+    p->backlog.push_back(std::move(m));
+    return true;
+}
+
+bool ShmWire::flush_backlog(Peer &p) {
+    while (!p.backlog.empty()) {
+        const std::vector<char> &m = p.backlog.front();
+        uint16_t hl;
+        std::memcpy(&hl, m.data(), sizeof hl);
+        struct iovec pl{const_cast<char *>(m.data()) + sizeof hl + hl, m.size() - sizeof hl - hl};
+        if (!p.ring.try_push(self_.nid, self_.pid, m.data() + sizeof hl, hl, &pl, 1, pl.iov_len))
+            return false;
+        p.backlog.pop_front();
+    }
+    --backlog_peers_;
+    return true;
+}
+
+int ShmWire::progress(const MessageHandler &handler) {
+    int work = 0;
+    // Bounded batch, so API callers waiting for the engine lock are not starved.
+    for (int i = 0; i < 64; ++i) {
+        const CellHead *h = rx_.peek();
+        if (!h) break;
+        InMessage m;
+        m.from = {h->src_nid, h->src_pid};
+        m.header = h + 1;
+        m.header_len = h->header_len;
+        m.payload = reinterpret_cast<const char *>(h + 1) + h->header_len;
+        m.payload_len = h->payload_len;
+        handler(m);
+        rx_.release(h);
+        ++work;
+    }
+    if (backlog_peers_) {
+        for (auto &[id, p] : peers_) {
+            if (p->backlog.empty()) continue;
+            if (p->dead || peer_dead(id)) {
+                p->backlog.clear();
+                --backlog_peers_;
+                continue;
+            }
+            if (flush_backlog(*p)) ++work;
+        }
+    }
+    return work;
+}
+
+bool ShmWire::peer_dead(PeerId id) {
+    auto it = peers_.find(id);
+    if (it == peers_.end()) return false;
+    Peer &p = *it->second;
+    if (!p.dead && kill(p.os_pid, 0) != 0 && errno == ESRCH) p.dead = true;
+    return p.dead;
+}
+
+bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iovec *remote,
+                  int nr, bool write) {
+    Peer *p = peer(id);
+    if (!p || p->dead) return false;
+    // The kernel stops at the first bad address; walk both lists until everything moved.
+    std::vector<struct iovec> l(local, local + nl), r(remote, remote + nr);
+    size_t li = 0, ri = 0;
+    while (li < l.size() && ri < r.size()) {
+        const int lc = int(std::min<size_t>(l.size() - li, 1024));
+        const int rc = int(std::min<size_t>(r.size() - ri, 1024));
+        ssize_t n = write ? process_vm_writev(p->os_pid, &l[li], lc, &r[ri], rc, 0)
+                          : process_vm_readv(p->os_pid, &l[li], lc, &r[ri], rc, 0);
+        if (n < 0) {
+            if (errno == ESRCH) p->dead = true;
+            return false;
+        }
+        if (n == 0) return false;
+        size_t left = size_t(n);
+        auto advance = [&](std::vector<struct iovec> &v, size_t &i, size_t k) {
+            while (k && i < v.size()) {
+                const size_t s = std::min(k, v[i].iov_len);
+                v[i].iov_base = static_cast<char *>(v[i].iov_base) + s;
+                v[i].iov_len -= s;
+                k -= s;
+                if (v[i].iov_len == 0) ++i;
+            }
+            while (i < v.size() && v[i].iov_len == 0) ++i;
+        };
+        advance(l, li, left);
+        advance(r, ri, left);
+    }
+    return true;
+}
+
+bool ShmWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote,
+                        int nr) {
+    return cma(from, local, nl, remote, nr, false);
+}
+
+bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote,
+                         int nr) {
+    return cma(to, local, nl, remote, nr, true);
+}
+
+void ShmWire::wait_for_traffic(long timeout_us) {
+    RingControl *c = rx_.control();
+    const uint32_t v = c->doorbell.load(std::memory_order_acquire);
+    c->sleeping.store(1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (rx_.empty_for_consumer()) {
+        struct timespec ts{timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+        syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
+    }
+    c->sleeping.store(0, std::memory_order_relaxed);
+}
+
+void ShmWire::wake() {
+    RingControl *c = rx_.control();
+    c->doorbell.fetch_add(1, std::memory_order_release);
+    syscall(SYS_futex, &c->doorbell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+}  // namespace ptl::shm

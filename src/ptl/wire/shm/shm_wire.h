@@ -1,0 +1,69 @@
+// The shared-memory wire: processes on one host. Each process owns one receive ring in POSIX
+// shm named after its (nid, pid); senders map a peer's ring on first use. Bulk data moves
+// with one copy by cross-memory attach (process_vm_readv/writev).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../wire.h"
+#include "shm_ring.h"
+
+namespace ptl::shm {
+
+struct ShmConfig {
+    uint32_t ncells = 4096;   // PTL_SHM_CELLS (power of two)
+    uint32_t cell_size = 256;  // PTL_SHM_CELL_SIZE (bytes)
+};
+
+class ShmWire final : public Wire {
+public:
+    static std::unique_ptr<ShmWire> create(PeerId self, const ShmConfig &cfg, std::string *err);
+    ~ShmWire() override;
+
+    bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+              int payload_count) override;
+    size_t max_inline(PeerId to) const override;
+    int progress(const MessageHandler &handler) override;
+    bool has_bulk(PeerId) const override { return true; }
+    bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote,
+                   int nr) override;
+    bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote,
+                    int nr) override;
+    bool peer_dead(PeerId) override;
+
+    // Sleeps until a message arrives, wake() is called, or `timeout_us` passes.
+    void wait_for_traffic(long timeout_us);
+    void wake();
+    bool has_backlog() const { return backlog_peers_ > 0; }
+
+private:
+    struct Peer {
+        PeerId id;
+        void *base = nullptr;
+        size_t len = 0;
+        Ring ring;
+        int32_t os_pid = 0;
+        bool dead = false;
+        std::deque<std::vector<char>> backlog;  // serialized [u16 header_len][header][payload]
+    };
+
+    ShmWire() = default;
+    Peer *peer(PeerId id);
+    bool flush_backlog(Peer &p);
+    bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+             bool write);
+
+    PeerId self_;
+    std::string name_;
+    void *base_ = nullptr;
+    size_t len_ = 0;
+    Ring rx_;
+    std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
+    int backlog_peers_ = 0;
+};
+
+}  // namespace ptl::shm

@@ -1,0 +1,59 @@
+// The wire contract (DESIGN decision 5): a wire moves messages reliably and in order per
+// peer, each a fixed header plus inline payload, and moves bulk data between two processes'
+// memory where it can. The engine never knows which wire it is on.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+namespace ptl {
+
+struct PeerId {
+    uint32_t nid = 0;
+    uint32_t pid = 0;
+    bool operator==(const PeerId &) const = default;
+};
+
+struct PeerIdHash {
+    size_t operator()(const PeerId &p) const { return (uint64_t(p.nid) << 32 | p.pid) * 0x9e3779b97f4a7c15ull >> 16; }
+};
+
+// A received message: the header bytes and payload stay valid during the callback only.
+struct InMessage {
+    PeerId from;
+    const void *header;
+    size_t header_len;
+    const void *payload;
+    size_t payload_len;
+};
+
+using MessageHandler = std::function<void(const InMessage &)>;
+
+class Wire {
+public:
+    virtual ~Wire() = default;
+
+    // Queues a message; never blocks. Returns false only when the peer cannot be reached.
+    virtual bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                      int payload_count) = 0;
+
+    // Largest header + payload the wire carries in one message to `to`.
+    virtual size_t max_inline(PeerId to) const = 0;
+
+    // Delivers received messages to `handler` and pushes queued sends; returns work done.
+    virtual int progress(const MessageHandler &handler) = 0;
+
+    // Bulk data between our memory and the peer's: reads pull from `remote`, writes push into
+    // it. Returns false if the peer is gone or an address is bad. Only when `has_bulk()`.
+    virtual bool has_bulk(PeerId) const { return false; }
+    virtual bool bulk_read(PeerId, const struct iovec *, int, const struct iovec *, int) { return false; }
+    virtual bool bulk_write(PeerId, const struct iovec *, int, const struct iovec *, int) { return false; }
+
+    // Whether the peer process is known to have gone away.
+    virtual bool peer_dead(PeerId) { return false; }
+};
+
+}  // namespace ptl
