@@ -89,7 +89,11 @@ Engine::~Engine() = default;
 
 int Engine::init() {
     Lock lk(mu_);
-    if (init_refs_.load() == 0) cfg_ = Config::from_env();
+    if (init_refs_.load() == 0) {
+        // A fresh initialization after the final PtlFini starts un-aborted (I-list 20).
+        cfg_ = Config::from_env();
+        aborted_.store(false);
+    }
     init_refs_.fetch_add(1, std::memory_order_release);
     return PTL_OK;
 }

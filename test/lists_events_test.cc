@@ -1,0 +1,480 @@
+// §2.5, §3.11-§3.13 and digest §6-§7: matching, priority/overflow/unexpected lists, search,
+// unlink, truncation, locally managed offsets and full events. Rule IDs in test names.
+#include <cstring>
+
+#include "ptl_test_util.h"
+
+using namespace ptltest;
+
+class Lists : public LoopbackTest {
+protected:
+    void SetUp() override {
+        LoopbackTest::SetUp();
+        std::memset(src_, 'a', sizeof src_);
+        for (size_t i = 0; i < sizeof src_; ++i) src_[i] = char('a' + i % 26);
+        md_ = bind(src_, sizeof src_);
+        pt_ = alloc_pt();
+    }
+    int put(ptl_size_t len, ptl_match_bits_t bits, ptl_ack_req_t ack = PTL_NO_ACK_REQ, ptl_size_t roff = 0,
+            ptl_hdr_data_t hdr = 0) {
+        return PtlPut(md_, 0, len, ack, self_, pt_, bits, roff, nullptr, hdr);
+    }
+    void expect_send() {
+        ptl_event_t ev = next_event(md_eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_SEND);
+        EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+    }
+    char src_[256];
+    ptl_handle_md_t md_ = PTL_INVALID_HANDLE;
+    ptl_pt_index_t pt_ = 0;
+};
+
+TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
+    char a[16] = {}, b[16] = {}, ov[64] = {};
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT), PTL_OVERFLOW_LIST, (void *)3);
+    append(pt_, me_desc(a, sizeof a, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x1200, 0x00ff), PTL_PRIORITY_LIST, (void *)1);
+    append(pt_, me_desc(b, sizeof b, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x5555), PTL_PRIORITY_LIST, (void *)2);
+    ASSERT_EQ(put(8, 0x5555, PTL_NO_ACK_REQ, 0, 0xabc), PTL_OK);
+    ptl_event_t ev = next_non_link(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)2);
+    EXPECT_EQ(ev.hdr_data, 0xabcu);
+    EXPECT_EQ(ev.match_bits, 0x5555u);
+    EXPECT_EQ(ev.ptl_list, PTL_PRIORITY_LIST);
+    EXPECT_EQ(ev.initiator.phys.pid, self_.phys.pid);
+    EXPECT_EQ(std::memcmp(b, src_, 8), 0);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);  // U2 after the comm event
+    ASSERT_EQ(put(8, 0x12ab), PTL_OK);  // matches a[] through its ignore bits
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.user_ptr, (void *)1);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    ASSERT_EQ(put(8, 0x12ab), PTL_OK);  // nothing left in priority: overflow
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)3);
+    EXPECT_EQ(ev.ptl_list, PTL_OVERFLOW_LIST);
+}
+
+TEST_F(Lists, Decision4_PostingOrderAcrossExactAndWildcardEntries) {
+    char a[8], b[8], c[8];
+    append(pt_, me_desc(a, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0, ~0ull), PTL_PRIORITY_LIST, (void *)1);  // wildcard
+    append(pt_, me_desc(b, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 7), PTL_PRIORITY_LIST, (void *)2);        // exact
+    append(pt_, me_desc(c, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 7), PTL_PRIORITY_LIST, (void *)3);        // exact
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(put(4, 7), PTL_OK);
+    void *order[3];
+    for (int i = 0; i < 3; ++i) {
+        ptl_event_t ev = next_non_link(eq_);
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT);
+        order[i] = ev.user_ptr;
+        EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    }
+    EXPECT_EQ(order[0], (void *)1);
+    EXPECT_EQ(order[1], (void *)2);
+    EXPECT_EQ(order[2], (void *)3);
+}
+
+TEST_F(Lists, M2_SourceIdWildcardsAreIndependent) {
+    char a[8];
+    ptl_me_t me = me_desc(a, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE);
+    me.match_id.phys.pid = self_.phys.pid + 1;  // some other process
+    append(pt_, me, PTL_PRIORITY_LIST, (void *)1);
+    me.match_id.phys.pid = self_.phys.pid;
+    me.match_id.phys.nid = PTL_NID_ANY;
+    append(pt_, me, PTL_PRIORITY_LIST, (void *)2);
+    ASSERT_EQ(put(4, 0), PTL_OK);
+    EXPECT_EQ(next_non_link(eq_).user_ptr, (void *)2);
+}
+
+TEST_F(Lists, M4_NoTruncateSkipsTooSmallEntry_T6_T7) {
+    char small[4], big[64];
+    append(pt_, me_desc(small, 4, PTL_ME_OP_PUT | PTL_ME_NO_TRUNCATE), PTL_PRIORITY_LIST, (void *)1);
+    append(pt_, me_desc(big, 64, PTL_ME_OP_PUT), PTL_PRIORITY_LIST, (void *)2);
+    ASSERT_EQ(put(16, 0), PTL_OK);
+    ptl_event_t ev = next_non_link(eq_);
+    EXPECT_EQ(ev.user_ptr, (void *)2);
+    EXPECT_EQ(ev.mlength, 16u);
+    // Zero-byte messages are never rejected for truncation, even past the end (T7, B6).
+    ASSERT_EQ(put(0, 0, PTL_NO_ACK_REQ, 1000), PTL_OK);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.user_ptr, (void *)1);
+    EXPECT_EQ(ev.mlength, 0u);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+}
+
+TEST_F(Lists, B4_TruncationToEntryAndOffsetBeyondEnd) {
+    char buf[10] = {};
+    append(pt_, me_desc(buf, 10, PTL_ME_OP_PUT), PTL_PRIORITY_LIST);
+    ASSERT_EQ(put(32, 0, PTL_ACK_REQ, 4), PTL_OK);
+    ptl_event_t ev = next_non_link(eq_);
+    EXPECT_EQ(ev.rlength, 32u);
+    EXPECT_EQ(ev.mlength, 6u);
+    EXPECT_EQ(ev.remote_offset, 4u);
+    EXPECT_EQ(ev.start, buf + 4);
+    EXPECT_EQ(std::memcmp(buf + 4, src_, 6), 0);
+    expect_send();
+    ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_ACK);  // D12: target mlength and offset
+    EXPECT_EQ(ev.mlength, 6u);
+    EXPECT_EQ(ev.remote_offset, 4u);
+    ASSERT_EQ(put(8, 0, PTL_NO_ACK_REQ, 50), PTL_OK);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.mlength, 0u);  // outside the entry: truncated to zero bytes
+}
+
+TEST_F(Lists, L4_L5_T8_UseOnceAppendConsumesUnexpectedHeaderAndIsNotLinked) {
+    char ov[64] = {}, dst[64] = {};
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT), PTL_OVERFLOW_LIST, (void *)9);
+    ASSERT_EQ(put(20, 42, PTL_NO_ACK_REQ, 0, 77), PTL_OK);
+    ptl_event_t ev = next_non_link(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)9);
+    EXPECT_EQ(std::memcmp(ov, src_, 20), 0);  // L9: data already in the overflow buffer
+    ptl_handle_me_t h = append(pt_, me_desc(dst, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 42), PTL_PRIORITY_LIST, (void *)5);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT_OVERFLOW);
+    EXPECT_EQ(ev.user_ptr, (void *)5);  // the appending entry's user_ptr (L8)
+    EXPECT_EQ(ev.start, (void *)ov);    // points into the overflow buffer
+    EXPECT_EQ(ev.mlength, 20u);         // original placement length, not re-truncated
+    EXPECT_EQ(ev.rlength, 20u);
+    EXPECT_EQ(ev.hdr_data, 77u);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    EXPECT_TRUE(eq_empty(eq_));  // no LINK (I-list 21)
+    EXPECT_EQ(PtlMEUnlink(h), PTL_IN_USE);  // tricky 14: already unlinked, before the next append
+    // A second message goes to the overflow buffer again: the use-once ME was never linked.
+    ASSERT_EQ(put(4, 42), PTL_OK);
+    EXPECT_EQ(next_event(eq_).ptl_list, PTL_OVERFLOW_LIST);
+}
+
+TEST_F(Lists, L6_L7_T9_PersistentAppendClaimsAllHeadersOldestFirstThenLinks) {
+    char ov[256] = {}, dst[64] = {};
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL), PTL_OVERFLOW_LIST);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(put(10 + i, 5, PTL_NO_ACK_REQ, 0, i), PTL_OK);
+    ASSERT_EQ(put(4, 6), PTL_OK);  // does not match the append below
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(next_non_link(eq_).type, PTL_EVENT_PUT);
+    append(pt_, me_desc(dst, sizeof dst, PTL_ME_OP_PUT, 5), PTL_PRIORITY_LIST, (void *)7);
+    for (int i = 0; i < 3; ++i) {
+        ptl_event_t ev = next_event(eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT_OVERFLOW);
+        EXPECT_EQ(ev.hdr_data, ptl_hdr_data_t(i));  // arrival order
+        EXPECT_EQ(ev.mlength, ptl_size_t(10 + i));
+    }
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_LINK);
+}
+
+TEST_F(Lists, L12_T13_UnlinkOverflowEntryWithHeadersIsInUse_L11_AutoFreeAfterDrain) {
+    char ov[16] = {};
+    ptl_handle_me_t h = append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, 0), PTL_OVERFLOW_LIST,
+                               (void *)4);
+    // min_free is set after creation below; this one has none, so only explicit unlink applies.
+    ASSERT_EQ(put(4, 0), PTL_OK);
+    next_non_link(eq_);
+    EXPECT_EQ(PtlMEUnlink(h), PTL_IN_USE);
+    ptl_me_t probe = me_desc(nullptr, 0, 0);
+    ASSERT_EQ(PtlMESearch(ni_, pt_, &probe, PTL_SEARCH_DELETE, (void *)8), PTL_OK);
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT_OVERFLOW);  // tricky 15: DELETE reports *_OVERFLOW
+    EXPECT_EQ(next_event(eq_).ni_fail_type, PTL_NI_NO_MATCH);
+    EXPECT_EQ(PtlMEUnlink(h), PTL_OK);
+    EXPECT_EQ(PtlMEUnlink(h), PTL_ARG_INVALID);
+
+    // An overflow buffer that fills (min_free) auto-unlinks, and is freed once drained.
+    ptl_me_t me = me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL);
+    me.min_free = 8;
+    append(pt_, me, PTL_OVERFLOW_LIST, (void *)6);
+    ASSERT_EQ(put(6, 1), PTL_OK);
+    ASSERT_EQ(put(3, 2), PTL_OK);  // 16 - 9 < 8: unlinks
+    ev = next_non_link(eq_);
+    EXPECT_EQ(ev.start, (void *)ov);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.start, (void *)(ov + 6));  // locally managed offsets advance by mlength
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    EXPECT_TRUE(eq_empty(eq_));  // headers still pending: no AUTO_FREE yet (T15)
+    char d[8];
+    append(pt_, me_desc(d, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 1), PTL_PRIORITY_LIST);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    EXPECT_TRUE(eq_empty(eq_));
+    append(pt_, me_desc(d, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 2), PTL_PRIORITY_LIST);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_AUTO_FREE);  // the last header of the buffer is gone
+    EXPECT_EQ(ev.user_ptr, (void *)6);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+}
+
+TEST_F(Lists, S3_S6_S7_T11_PersistentSearchOnlyEndsWithNoMatch) {
+    char ov[64];
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL), PTL_OVERFLOW_LIST);
+    ASSERT_EQ(put(4, 3), PTL_OK);
+    ASSERT_EQ(put(4, 3), PTL_OK);
+    next_non_link(eq_);
+    next_event(eq_);
+    ptl_me_t s = me_desc(nullptr, 0, 0, 3, 0, ct);
+    ASSERT_EQ(PtlMESearch(ni_, pt_, &s, PTL_SEARCH_ONLY, (void *)11), PTL_OK);
+    for (int i = 0; i < 2; ++i) {
+        ptl_event_t ev = next_event(eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_SEARCH);
+        EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+        EXPECT_EQ(ev.user_ptr, (void *)11);
+        EXPECT_EQ(ev.mlength, 4u);
+    }
+    ptl_event_t end = next_event(eq_);
+    EXPECT_EQ(end.type, PTL_EVENT_SEARCH);
+    EXPECT_EQ(end.ni_fail_type, PTL_NI_NO_MATCH);
+    EXPECT_EQ(end.user_ptr, (void *)11);
+    ptl_ct_event_t v;
+    ASSERT_EQ(PtlCTGet(ct, &v), PTL_OK);
+    EXPECT_EQ(v.success, 2u);
+    EXPECT_EQ(v.failure, 1u);
+    // SEARCH_ONLY left the headers: a use-once search still finds one, with no terminator (S5).
+    s.options = PTL_ME_USE_ONCE;
+    ASSERT_EQ(PtlMESearch(ni_, pt_, &s, PTL_SEARCH_ONLY, (void *)12), PTL_OK);
+    EXPECT_EQ(next_event(eq_).ni_fail_type, PTL_NI_OK);
+    EXPECT_TRUE(eq_empty(eq_));
+}
+
+TEST_F(Lists, S5_T12_UseOnceSearchDeleteWithoutMatch) {
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+    ptl_me_t s = me_desc(nullptr, 0, PTL_ME_USE_ONCE, 1, 0, ct);
+    ASSERT_EQ(PtlMESearch(ni_, pt_, &s, PTL_SEARCH_DELETE, nullptr), PTL_OK);
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_SEARCH);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_NO_MATCH);
+    ptl_ct_event_t v;
+    ASSERT_EQ(PtlCTGet(ct, &v), PTL_OK);
+    EXPECT_EQ(v.success, 0u);
+    EXPECT_EQ(v.failure, 1u);
+}
+
+TEST_F(Lists, Tricky11_LocalIncUhRlengthAndMinFailure_T10) {
+    char ov[64], dst[16];
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL), PTL_OVERFLOW_LIST);
+    ASSERT_EQ(put(6, 9), PTL_OK);
+    ASSERT_EQ(put(6, 9), PTL_OK);
+    next_non_link(eq_);
+    next_event(eq_);
+    ptl_me_t me = me_desc(dst, sizeof dst, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTL_ME_LOCAL_INC_UH_RLENGTH, 9);
+    me.min_free = 8;  // 16 - 6 = 10 ok, 16 - 12 = 4 < 8: not appended
+    append(pt_, me, PTL_PRIORITY_LIST);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    EXPECT_TRUE(eq_empty(eq_));
+}
+
+TEST_F(Lists, M6_PermissionFailureEndsWalk_SR3_T3_T4) {
+    char a[8], b[8];
+    ptl_me_t me = me_desc(a, 8, PTL_ME_OP_PUT);
+    me.uid = 0xfffe;  // not us
+    append(pt_, me, PTL_PRIORITY_LIST);
+    append(pt_, me_desc(b, 8, PTL_ME_OP_PUT), PTL_PRIORITY_LIST);
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ), PTL_OK);
+    expect_send();
+    ptl_event_t ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_ACK);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_PERM_VIOLATION);
+    ptl_sr_value_t perm = 0, drop = 0, opv = 0;
+    PtlNIStatus(ni_, PTL_SR_PERMISSION_VIOLATIONS, &perm);
+    PtlNIStatus(ni_, PTL_SR_DROP_COUNT, &drop);
+    EXPECT_EQ(perm, 1);
+    EXPECT_EQ(drop, 0);  // violations are not drops
+    // No target event was generated, only the two LINKs.
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_LINK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_LINK);
+    EXPECT_TRUE(eq_empty(eq_));
+    // Get against OP_PUT-only entries: operation violation.
+    ptl_me_t me2 = me_desc(b, 8, PTL_ME_OP_PUT);
+    ptl_pt_index_t pt2 = alloc_pt();
+    append(pt2, me2, PTL_PRIORITY_LIST);
+    ASSERT_EQ(PtlGet(md_, 0, 4, self_, pt2, 0, 0, nullptr), PTL_OK);
+    ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_REPLY);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_OP_VIOLATION);
+    PtlNIStatus(ni_, PTL_SR_OPERATION_VIOLATIONS, &opv);
+    EXPECT_EQ(opv, 1);
+}
+
+TEST_F(Lists, X3_T1_NoMatchWithoutFlowControlIsSilentDrop) {
+    ASSERT_EQ(put(4, 1, PTL_ACK_REQ), PTL_OK);
+    expect_send();
+    sync_point();
+    EXPECT_TRUE(eq_empty(md_eq_));  // spec-literal: no ACK for a silent drop
+    ptl_sr_value_t drop = 0;
+    PtlNIStatus(ni_, PTL_SR_DROP_COUNT, &drop);
+    EXPECT_EQ(drop, 1);
+}
+
+TEST_F(Lists, FC4_FC7_FC11_T2_FlowControlTriggerAndRecovery) {
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, eq_, PTL_PT_ANY, &pt), PTL_OK);
+    ASSERT_EQ(PtlPut(md_, 0, 4, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    expect_send();
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PT_DISABLED);
+    EXPECT_EQ(ev.pt_index, pt);
+    ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_ACK);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_PT_DISABLED);
+    // FC8: local operations continue while disabled; messages are still refused.
+    char buf[8] = {};
+    append(pt, me_desc(buf, 8, PTL_ME_OP_PUT), PTL_PRIORITY_LIST);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_LINK);
+    ASSERT_EQ(PtlPut(md_, 0, 4, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    expect_send();
+    EXPECT_EQ(next_event(md_eq_).ni_fail_type, PTL_NI_PT_DISABLED);
+    EXPECT_EQ(buf[0], 0);  // FC6: dropped messages do not touch buffers
+    ASSERT_EQ(PtlPTEnable(ni_, pt), PTL_OK);
+    ASSERT_EQ(PtlPut(md_, 0, 4, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    expect_send();
+    EXPECT_EQ(next_event(md_eq_).ni_fail_type, PTL_NI_OK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT);
+    EXPECT_EQ(std::memcmp(buf, src_, 4), 0);
+}
+
+TEST_F(Lists, FC4_FullEventQueueTriggersFlowControl) {
+    ptl_handle_eq_t small;
+    ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, small, PTL_PT_ANY, &pt), PTL_OK);
+    char buf[64];
+    append(pt, me_desc(buf, sizeof buf, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(PtlPut(md_, 0, 1, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    int ok = 0, disabled = 0;
+    for (int i = 0; i < 6; ++i) {
+        ptl_event_t ev = next_event(md_eq_);
+        if (ev.type == PTL_EVENT_ACK) (ev.ni_fail_type == PTL_NI_OK ? ok : disabled)++;
+    }
+    EXPECT_EQ(ok, 2);
+    EXPECT_EQ(disabled, 1);
+    EXPECT_EQ(next_event(small).type, PTL_EVENT_PUT);
+    EXPECT_EQ(next_event(small).type, PTL_EVENT_PUT);
+    EXPECT_EQ(next_event(small).type, PTL_EVENT_PT_DISABLED);  // the reserved slot (EQ4)
+}
+
+TEST_F(Lists, FC10_PTDisableRefusesWithoutEvent) {
+    char buf[8];
+    append(pt_, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
+    ASSERT_EQ(PtlPTDisable(ni_, pt_), PTL_OK);
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ), PTL_OK);
+    expect_send();
+    EXPECT_EQ(next_event(md_eq_).ni_fail_type, PTL_NI_PT_DISABLED);
+    EXPECT_TRUE(eq_empty(eq_));
+}
+
+TEST_F(Lists, AllocDisabledPTAcceptsNothingUntilEnabled) {
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_ALLOC_DISABLED, eq_, PTL_PT_ANY, &pt), PTL_OK);
+    ASSERT_EQ(PtlPut(md_, 0, 4, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    expect_send();
+    EXPECT_EQ(next_event(md_eq_).ni_fail_type, PTL_NI_PT_DISABLED);
+}
+
+TEST_F(Lists, EV_SuppressionFlags_T16) {
+    char buf[8];
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+    append(pt_, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE |
+                                   PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_CT_BYTES, 0, 0, ct));
+    ptl_handle_ct_t mct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &mct), PTL_OK);
+    ptl_handle_md_t md = bind(src_, sizeof src_, PTL_MD_EVENT_SUCCESS_DISABLE | PTL_MD_EVENT_CT_SEND, mct);
+    ASSERT_EQ(PtlPut(md, 0, 5, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(ct_wait(ct, 5).success, 5u);  // CT_BYTES counts mlength
+    EXPECT_EQ(ct_wait(mct, 1).success, 1u);
+    EXPECT_TRUE(eq_empty(eq_));
+    EXPECT_TRUE(eq_empty(md_eq_));
+}
+
+TEST_F(Lists, EQ1_OverflowDropsOldestAndReportsDropped) {
+    ptl_handle_eq_t small;
+    ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, small, PTL_PT_ANY, &pt), PTL_OK);
+    char buf[8];
+    append(pt, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
+    for (int i = 0; i < 6; ++i) ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
+    sync_point();
+    ptl_event_t ev;
+    EXPECT_EQ(PtlEQGet(small, &ev), PTL_EQ_DROPPED);
+    EXPECT_EQ(ev.hdr_data, 3u);  // the newest events survive (capacity 2 + 1 reserve)
+    EXPECT_EQ(PtlEQGet(small, &ev), PTL_OK);
+}
+
+TEST_F(Lists, EQ8_T22_PollReturnsFirstQueueWithEvent) {
+    ptl_handle_eq_t q[2];
+    ASSERT_EQ(PtlEQAlloc(ni_, 4, &q[0]), PTL_OK);
+    ASSERT_EQ(PtlEQAlloc(ni_, 4, &q[1]), PTL_OK);
+    ptl_pt_index_t p0, p1;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, q[0], PTL_PT_ANY, &p0), PTL_OK);
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, q[1], PTL_PT_ANY, &p1), PTL_OK);
+    char buf[8];
+    append(p1, me_desc(buf, 8, PTL_ME_OP_PUT), PTL_PRIORITY_LIST, (void *)1);
+    append(p0, me_desc(buf, 8, PTL_ME_OP_PUT), PTL_PRIORITY_LIST, (void *)0);
+    ptl_event_t ev;
+    unsigned which = 9;
+    ASSERT_EQ(PtlEQPoll(q, 2, kTimeoutMs, &ev, &which), PTL_OK);
+    EXPECT_EQ(which, 0u);  // both have a LINK: the first array element wins
+    EXPECT_EQ(PtlEQPoll(q, 2, 0, &ev, &which), PTL_OK);
+    EXPECT_EQ(which, 1u);
+    EXPECT_EQ(PtlEQPoll(q, 2, 0, &ev, &which), PTL_EQ_EMPTY);
+}
+
+TEST_F(Lists, U5_ExplicitUnlinkGeneratesNoEventAndLeavesList) {
+    char buf[8];
+    ptl_handle_me_t h = append(pt_, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE));
+    EXPECT_EQ(PtlMEUnlink(h), PTL_OK);
+    EXPECT_TRUE(eq_empty(eq_));
+    ASSERT_EQ(put(4, 0), PTL_OK);
+    sync_point();
+    EXPECT_TRUE(eq_empty(eq_));  // nothing matched: dropped
+}
+
+TEST_F(Lists, LIST_TOO_LONG_WhenListLimitReached) {
+    ptl_ni_limits_t want = limits_;
+    want.max_list_size = 2;
+    ptl_handle_ni_t ni;
+    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, &want, nullptr, &ni), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &pt), PTL_OK);
+    ptl_le_t le{};
+    le.uid = PTL_UID_ANY;
+    ptl_handle_le_t h;
+    EXPECT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    EXPECT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    EXPECT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_LIST_TOO_LONG);
+    EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+}
+
+class NonMatching : public LoopbackTest {
+protected:
+    void SetUp() override { init(PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL); }
+};
+
+TEST_F(NonMatching, L13_FirstLEAlwaysMatches_LEsFollowSameOverflowRules) {
+    char src[32];
+    for (int i = 0; i < 32; ++i) src[i] = char(i);
+    ptl_handle_md_t md = bind(src, sizeof src);
+    ptl_pt_index_t pt = alloc_pt();
+    char ov[32] = {}, a[32] = {};
+    ptl_le_t le{};
+    le.start = ov;
+    le.length = sizeof ov;
+    le.uid = PTL_UID_ANY;
+    le.options = PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE;
+    ptl_handle_le_t h;
+    ASSERT_EQ(PtlLEAppend(ni_, pt, &le, PTL_OVERFLOW_LIST, (void *)1, &h), PTL_OK);
+    ASSERT_EQ(PtlPut(md, 0, 8, PTL_NO_ACK_REQ, self_, pt, 0xffff /* ignored */, 0, nullptr, 0), PTL_OK);
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.match_bits, 0u);  // non-matching entries report 0
+    le.start = a;
+    le.options |= PTL_LE_USE_ONCE;
+    ASSERT_EQ(PtlLEAppend(ni_, pt, &le, PTL_PRIORITY_LIST, (void *)2, &h), PTL_OK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    ptl_me_t me = me_desc(a, 8, PTL_ME_OP_PUT);
+    EXPECT_EQ(PtlMEAppend(ni_, pt, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_ARG_INVALID);  // I-list 22
+}

@@ -1,0 +1,282 @@
+// Multi-process tests, run by test/run_multiprocess.sh under `ptlrun -n 2` and `-n 4`: every
+// rank runs the same tests in the same order and meets the others at barriers.
+#include <portals4_rt.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "ptl_test_util.h"
+
+using namespace ptltest;
+
+namespace {
+
+int rank() { return ptlrt_rank(); }
+int nranks() { return ptlrt_size(); }
+
+class Job : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(PtlInit(), PTL_OK);
+        ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_LOGICAL, PTL_PID_ANY, nullptr, &limits_, &ni_),
+                  PTL_OK);
+        ASSERT_EQ(ptlrt_exchange_ids(ni_, nullptr), PTL_OK);
+        ASSERT_EQ(PtlEQAlloc(ni_, 4096, &eq_), PTL_OK);
+        ASSERT_EQ(PtlEQAlloc(ni_, 4096, &md_eq_), PTL_OK);
+        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 4, &pt_), PTL_OK);
+    }
+    void TearDown() override {
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+        PtlFini();
+    }
+    static ptl_process_t to(int r) {
+        ptl_process_t p;
+        p.rank = ptl_rank_t(r);
+        return p;
+    }
+    ptl_handle_md_t bind(void *p, ptl_size_t len, unsigned opts = 0, ptl_handle_ct_t ct = PTL_CT_NONE) {
+        ptl_md_t md = md_desc(p, len, md_eq_, ct, opts);
+        ptl_handle_md_t h;
+        EXPECT_EQ(PtlMDBind(ni_, &md, &h), PTL_OK);
+        return h;
+    }
+    ptl_me_t me_from(int src, void *p, ptl_size_t len, unsigned opts, ptl_match_bits_t bits, ptl_match_bits_t ign,
+                     ptl_handle_ct_t ct = PTL_CT_NONE) {
+        ptl_me_t me = me_desc(p, len, opts, bits, ign, ct);
+        me.match_id.rank = src < 0 ? PTL_RANK_ANY : ptl_rank_t(src);
+        return me;
+    }
+    ptl_handle_ni_t ni_{};
+    ptl_ni_limits_t limits_{};
+    ptl_handle_eq_t eq_{}, md_eq_{};
+    ptl_pt_index_t pt_{};
+};
+
+}  // namespace
+
+TEST(PidAllocation, ExplicitPidInUseInAnotherProcess_F04) {
+    ASSERT_EQ(PtlInit(), PTL_OK);
+    ptl_handle_ni_t ni;
+    uint32_t pid = 0;
+    if (rank() == 0) {
+        ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, nullptr, &ni), PTL_OK);
+        ptl_process_t id;
+        ASSERT_EQ(PtlGetPhysId(ni, &id), PTL_OK);
+        pid = id.phys.pid;
+    }
+    std::vector<uint32_t> all(static_cast<size_t>(nranks()));
+    ASSERT_EQ(ptlrt_allgather(&pid, all.data(), sizeof pid), 0);
+    if (rank() == 1) {
+        EXPECT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, all[0], nullptr, nullptr, &ni),
+                  PTL_PID_IN_USE);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() == 0) EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+    PtlFini();
+}
+
+TEST_F(Job, MatchedSendsWithWildcardSourceAndTags) {
+    constexpr int kPerPeer = 50;
+    const int n = nranks();
+    // Rank 0 receives kPerPeer tagged messages from every other rank, posted with
+    // PTL_RANK_ANY and the source rank in the upper match bits ignored for half of them.
+    std::vector<uint64_t> slots(size_t(n) * kPerPeer, 0);
+    if (rank() == 0) {
+        for (int src = 1; src < n; ++src)
+            for (int t = 0; t < kPerPeer; ++t) {
+                uint64_t *slot = &slots[size_t(src) * kPerPeer + size_t(t)];
+                const bool wild = t % 2;
+                ptl_me_t me = me_from(wild ? -1 : src, slot, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE,
+                                      (uint64_t(wild ? 0 : src) << 32) | uint64_t(t), wild ? 0xffffffff00000000ull : 0);
+                ptl_handle_me_t h;
+                ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, slot, &h), PTL_OK);
+            }
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() != 0) {
+        std::vector<uint64_t> vals(kPerPeer);
+        ptl_handle_ct_t ct;
+        ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+        ptl_handle_md_t md = bind(vals.data(), vals.size() * 8, PTL_MD_EVENT_CT_ACK, ct);
+        for (int t = kPerPeer - 1; t >= 0; --t) {  // reverse order: matching is by bits, not order
+            vals[size_t(t)] = (uint64_t(rank()) << 32) | uint64_t(t) * 3;
+            ASSERT_EQ(PtlPut(md, size_t(t) * 8, 8, PTL_CT_ACK_REQ, to(0), pt_, (uint64_t(rank()) << 32) | uint64_t(t),
+                             0, nullptr, 0), PTL_OK);
+        }
+        ptl_ct_event_t v = ct_wait(ct, kPerPeer, 20000);
+        EXPECT_EQ(v.failure, 0u);
+    } else {
+        int got = 0;
+        while (got < (n - 1) * kPerPeer) {
+            ptl_event_t ev = next_event(eq_, 20000);
+            ASSERT_EQ(ev.type, PTL_EVENT_PUT);
+            ASSERT_EQ(ev.ni_fail_type, PTL_NI_OK);
+            EXPECT_EQ(ev.initiator.rank, ptl_rank_t(ev.match_bits >> 32));
+            if (next_event(eq_, 20000).type != PTL_EVENT_AUTO_UNLINK) ADD_FAILURE() << "missing AUTO_UNLINK";
+            ++got;
+        }
+        for (int src = 1; src < n; ++src)
+            for (int t = 0; t < kPerPeer; ++t)
+                EXPECT_EQ(slots[size_t(src) * kPerPeer + size_t(t)], (uint64_t(src) << 32) | uint64_t(t) * 3);
+    }
+}
+
+TEST_F(Job, LargeZeroCopyTransfersAroundTheRing) {
+    const size_t len = size_t(8) << 20;
+    const int n = nranks();
+    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    std::vector<unsigned char> src(len), dst(len, 0), got(len, 0);
+    for (size_t i = 0; i < len; ++i) src[i] = static_cast<unsigned char>((i * 131 + size_t(rank()) * 17) >> 3);
+    ptl_handle_ct_t rx;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
+    ptl_me_t me = me_from(prev, dst.data(), len, PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE |
+                                                     PTL_ME_EVENT_COMM_DISABLE, 1, 0, rx);
+    ptl_handle_me_t h;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ptl_me_t exp = me_from(-1, src.data(), len, PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE, 2, 0);
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &exp, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ptl_handle_md_t md = bind(src.data(), len);
+    ASSERT_EQ(PtlPut(md, 0, len, PTL_ACK_REQ, to(next), pt_, 1, 0, nullptr, 0), PTL_OK);
+    ptl_handle_md_t gmd = bind(got.data(), len);
+    ASSERT_EQ(PtlGet(gmd, 0, len, to(prev), pt_, 2, 0, nullptr), PTL_OK);
+    int seen = 0;
+    while (seen < 3) {
+        ptl_event_t ev = next_event(md_eq_, 20000);
+        ASSERT_NE(ev.type, 0xff);
+        EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << int(ev.type);
+        if (ev.type == PTL_EVENT_ACK || ev.type == PTL_EVENT_REPLY) EXPECT_EQ(ev.mlength, len);
+        ++seen;
+    }
+    ct_wait(rx, 1, 20000);
+    for (size_t i = 0; i < len; ++i) {
+        const auto want = static_cast<unsigned char>((i * 131 + size_t(prev) * 17) >> 3);
+        if (dst[i] != want || got[i] != want) {
+            ADD_FAILURE() << "byte " << i << " put " << int(dst[i]) << " get " << int(got[i]) << " want " << int(want);
+            break;
+        }
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);  // peers finished reading our buffers
+}
+
+TEST_F(Job, AtomicsContentionFromAllRanks) {
+    constexpr int kOps = 300;
+    int64_t counter = 0;
+    int64_t fetch_target = 0;
+    ptl_me_t me = me_from(-1, &counter, 8, PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE |
+                                               PTL_ME_EVENT_COMM_DISABLE, 7, 0);
+    ptl_handle_me_t h;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ptl_me_t me2 = me_from(-1, &fetch_target, 8, PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE |
+                                                     PTL_ME_EVENT_COMM_DISABLE, 8, 0);
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me2, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t one = 1;
+    std::vector<int64_t> olds(kOps, -1);
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+    ptl_handle_md_t pm = bind(&one, 8, PTL_MD_EVENT_CT_ACK | PTL_MD_EVENT_SEND_DISABLE, ct);
+    ptl_handle_ct_t rct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rct), PTL_OK);
+    ptl_handle_md_t gm = bind(olds.data(), olds.size() * 8, PTL_MD_EVENT_CT_REPLY, rct);
+    ptl_handle_md_t fm = bind(&one, 8, PTL_MD_EVENT_SEND_DISABLE);
+    for (int i = 0; i < kOps; ++i) {
+        ASSERT_EQ(PtlAtomic(pm, 0, 8, PTL_CT_ACK_REQ, to(0), pt_, 7, 0, nullptr, 0, PTL_SUM, PTL_INT64_T), PTL_OK);
+        ASSERT_EQ(PtlFetchAtomic(gm, size_t(i) * 8, fm, 0, 8, to(0), pt_, 8, 0, nullptr, 0, PTL_SUM, PTL_INT64_T), PTL_OK);
+    }
+    EXPECT_EQ(ct_wait(ct, kOps, 20000).failure, 0u);
+    EXPECT_EQ(ct_wait(rct, kOps, 20000).failure, 0u);
+    std::vector<int64_t> all(size_t(nranks()) * kOps);
+    // Every fetched old value is distinct across all ranks: the adds were atomic.
+    for (int off = 0; off < kOps; off += 32) {
+        const int k = std::min(32, kOps - off);
+        std::vector<int64_t> part(size_t(nranks()) * size_t(k));
+        ASSERT_EQ(ptlrt_allgather(&olds[size_t(off)], part.data(), size_t(k) * 8), 0);
+        for (int r = 0; r < nranks(); ++r)
+            for (int j = 0; j < k; ++j) all[size_t(r) * kOps + size_t(off + j)] = part[size_t(r) * size_t(k) + size_t(j)];
+    }
+    std::set<int64_t> distinct(all.begin(), all.end());
+    EXPECT_EQ(distinct.size(), all.size());
+    EXPECT_EQ(*distinct.begin(), 0);
+    EXPECT_EQ(*distinct.rbegin(), int64_t(all.size()) - 1);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() == 0) {
+        EXPECT_EQ(counter, int64_t(nranks()) * kOps);
+        EXPECT_EQ(fetch_target, int64_t(nranks()) * kOps);
+    }
+}
+
+TEST_F(Job, TriggeredChainAroundTheRing) {
+    // A token travels the ring twice driven only by triggered puts: each rank's receive CT
+    // fires its triggered put to the next rank (TR13: no application involvement).
+    const int n = nranks();
+    const int next = (rank() + 1) % n;
+    int64_t token = 0, out = 0;
+    ptl_handle_ct_t rx;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
+    ptl_me_t me = me_from(-1, &token, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE |
+                                             PTL_ME_EVENT_COMM_DISABLE, 9, 0, rx);
+    ptl_handle_me_t h;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ptl_handle_md_t md = bind(&token, 8);  // forwards what arrived, read at fire time
+    const ptl_size_t rounds = 2;
+    for (ptl_size_t r = 1; r <= rounds; ++r) {
+        if (rank() == 0 && r == rounds) break;  // rank 0 stops the token after two laps
+        ASSERT_EQ(PtlTriggeredPut(md, 0, 8, PTL_NO_ACK_REQ, to(next), pt_, 9, 0, nullptr, 0, rx, r), PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() == 0) {
+        out = 42;
+        ptl_handle_md_t kick = bind(&out, 8);
+        ASSERT_EQ(PtlPut(kick, 0, 8, PTL_NO_ACK_REQ, to(next), pt_, 9, 0, nullptr, 0), PTL_OK);
+        ptl_ct_event_t v = ct_wait(rx, rounds, 20000);
+        EXPECT_EQ(v.success, rounds);
+    } else {
+        ct_wait(rx, rounds, 20000);
+    }
+    EXPECT_EQ(token, 42);
+}
+
+// Run separately (test/run_multiprocess.sh): the last rank leaves without finalizing.
+TEST_F(Job, EarlyExitPeersGetFailureEventsNotHangs) {
+    const int n = nranks();
+    const int last = n - 1;
+    char buf[64] = {};
+    if (rank() == last) {
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        _exit(0);  // gone without PtlFini, like a crash
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    usleep(200000);  // nothing depends on it: a message to a dead rank fails either way
+    ptl_handle_md_t md = bind(buf, sizeof buf);
+    ASSERT_EQ(PtlPut(md, 0, 8, PTL_ACK_REQ, to(last), pt_, 1, 0, nullptr, 0), PTL_OK);
+    ASSERT_EQ(PtlGet(md, 8, 8, to(last), pt_, 1, 0, nullptr), PTL_OK);
+    std::vector<char> big(1 << 20);
+    ptl_handle_md_t bmd = bind(big.data(), big.size());
+    ASSERT_EQ(PtlPut(bmd, 0, big.size(), PTL_NO_ACK_REQ, to(last), pt_, 1, 0, nullptr, 0), PTL_OK);
+    int failures = 0;
+    for (int i = 0; i < 4; ++i) {  // SEND+ACK (or SEND failed), REPLY, rendezvous SEND
+        ptl_event_t ev{};
+        unsigned which;
+        const int rc = PtlEQPoll(&md_eq_, 1, 10000, &ev, &which);
+        if (rc == PTL_EQ_EMPTY) break;
+        if (ev.ni_fail_type == PTL_NI_UNDELIVERABLE) ++failures;
+    }
+    EXPECT_GE(failures, 3);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);  // nothing left pending
+    EXPECT_EQ(PtlMDRelease(bmd), PTL_OK);
+    EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+    PtlFini();
+    _exit(::testing::Test::HasFailure() ? 1 : 0);  // the barrier in TearDown would wait for the dead rank
+}
+
+int main(int argc, char **argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    if (ptlrt_init() != 0) return 2;
+    if (ptlrt_rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
+    return RUN_ALL_TESTS();
+}
