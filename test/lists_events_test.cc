@@ -31,7 +31,7 @@ protected:
 
 TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
     char a[16] = {}, b[16] = {}, ov[64] = {};
-    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT), PTL_OVERFLOW_LIST, (void *)3);
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT, 0, ~0ull), PTL_OVERFLOW_LIST, (void *)3);
     append(pt_, me_desc(a, sizeof a, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x1200, 0x00ff), PTL_PRIORITY_LIST, (void *)1);
     append(pt_, me_desc(b, sizeof b, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x5555), PTL_PRIORITY_LIST, (void *)2);
     ASSERT_EQ(put(8, 0x5555, PTL_NO_ACK_REQ, 0, 0xabc), PTL_OK);
@@ -123,7 +123,7 @@ TEST_F(Lists, B4_TruncationToEntryAndOffsetBeyondEnd) {
 
 TEST_F(Lists, L4_L5_T8_UseOnceAppendConsumesUnexpectedHeaderAndIsNotLinked) {
     char ov[64] = {}, dst[64] = {};
-    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT), PTL_OVERFLOW_LIST, (void *)9);
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT, 0, ~0ull), PTL_OVERFLOW_LIST, (void *)9);
     ASSERT_EQ(put(20, 42, PTL_NO_ACK_REQ, 0, 77), PTL_OK);
     ptl_event_t ev = next_non_link(eq_);
     EXPECT_EQ(ev.type, PTL_EVENT_PUT);
@@ -147,7 +147,7 @@ TEST_F(Lists, L4_L5_T8_UseOnceAppendConsumesUnexpectedHeaderAndIsNotLinked) {
 
 TEST_F(Lists, L6_L7_T9_PersistentAppendClaimsAllHeadersOldestFirstThenLinks) {
     char ov[256] = {}, dst[64] = {};
-    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL), PTL_OVERFLOW_LIST);
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull), PTL_OVERFLOW_LIST);
     for (int i = 0; i < 3; ++i) ASSERT_EQ(put(10 + i, 5, PTL_NO_ACK_REQ, 0, i), PTL_OK);
     ASSERT_EQ(put(4, 6), PTL_OK);  // does not match the append below
     for (int i = 0; i < 4; ++i) EXPECT_EQ(next_non_link(eq_).type, PTL_EVENT_PUT);
@@ -163,13 +163,13 @@ TEST_F(Lists, L6_L7_T9_PersistentAppendClaimsAllHeadersOldestFirstThenLinks) {
 
 TEST_F(Lists, L12_T13_UnlinkOverflowEntryWithHeadersIsInUse_L11_AutoFreeAfterDrain) {
     char ov[16] = {};
-    ptl_handle_me_t h = append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, 0), PTL_OVERFLOW_LIST,
+    ptl_handle_me_t h = append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull), PTL_OVERFLOW_LIST,
                                (void *)4);
     // min_free is set after creation below; this one has none, so only explicit unlink applies.
     ASSERT_EQ(put(4, 0), PTL_OK);
     next_non_link(eq_);
     EXPECT_EQ(PtlMEUnlink(h), PTL_IN_USE);
-    ptl_me_t probe = me_desc(nullptr, 0, 0);
+    ptl_me_t probe = me_desc(nullptr, 0, 0, 0, ~0ull);
     ASSERT_EQ(PtlMESearch(ni_, pt_, &probe, PTL_SEARCH_DELETE, (void *)8), PTL_OK);
     ptl_event_t ev = next_event(eq_);
     EXPECT_EQ(ev.type, PTL_EVENT_PUT_OVERFLOW);  // tricky 15: DELETE reports *_OVERFLOW
@@ -178,7 +178,7 @@ TEST_F(Lists, L12_T13_UnlinkOverflowEntryWithHeadersIsInUse_L11_AutoFreeAfterDra
     EXPECT_EQ(PtlMEUnlink(h), PTL_ARG_INVALID);
 
     // An overflow buffer that fills (min_free) auto-unlinks, and is freed once drained.
-    ptl_me_t me = me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL);
+    ptl_me_t me = me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull);
     me.min_free = 8;
     append(pt_, me, PTL_OVERFLOW_LIST, (void *)6);
     ASSERT_EQ(put(6, 1), PTL_OK);
@@ -206,7 +206,7 @@ TEST_F(Lists, S3_S6_S7_T11_PersistentSearchOnlyEndsWithNoMatch) {
     char ov[64];
     ptl_handle_ct_t ct;
     ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
-    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL), PTL_OVERFLOW_LIST);
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull), PTL_OVERFLOW_LIST);
     ASSERT_EQ(put(4, 3), PTL_OK);
     ASSERT_EQ(put(4, 3), PTL_OK);
     next_non_link(eq_);
@@ -251,7 +251,7 @@ TEST_F(Lists, S5_T12_UseOnceSearchDeleteWithoutMatch) {
 
 TEST_F(Lists, Tricky11_LocalIncUhRlengthAndMinFailure_T10) {
     char ov[64], dst[16];
-    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL), PTL_OVERFLOW_LIST);
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull), PTL_OVERFLOW_LIST);
     ASSERT_EQ(put(6, 9), PTL_OK);
     ASSERT_EQ(put(6, 9), PTL_OK);
     next_non_link(eq_);
@@ -441,6 +441,7 @@ TEST_F(Lists, LIST_TOO_LONG_WhenListLimitReached) {
     ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &pt), PTL_OK);
     ptl_le_t le{};
     le.uid = PTL_UID_ANY;
+    le.ct_handle = PTL_CT_NONE;
     ptl_handle_le_t h;
     EXPECT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
     EXPECT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
@@ -462,6 +463,7 @@ TEST_F(NonMatching, L13_FirstLEAlwaysMatches_LEsFollowSameOverflowRules) {
     ptl_le_t le{};
     le.start = ov;
     le.length = sizeof ov;
+    le.ct_handle = PTL_CT_NONE;
     le.uid = PTL_UID_ANY;
     le.options = PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE;
     ptl_handle_le_t h;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -75,7 +76,9 @@ TEST(PidAllocation, ExplicitPidInUseInAnotherProcess_F04) {
                   PTL_PID_IN_USE);
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
-    if (rank() == 0) EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+    if (rank() == 0) {
+        EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+    }
     PtlFini();
 }
 
@@ -149,7 +152,9 @@ TEST_F(Job, LargeZeroCopyTransfersAroundTheRing) {
         ptl_event_t ev = next_event(md_eq_, 20000);
         ASSERT_NE(ev.type, 0xff);
         EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << int(ev.type);
-        if (ev.type == PTL_EVENT_ACK || ev.type == PTL_EVENT_REPLY) EXPECT_EQ(ev.mlength, len);
+        if (ev.type == PTL_EVENT_ACK || ev.type == PTL_EVENT_REPLY) {
+            EXPECT_EQ(ev.mlength, len);
+        }
         ++seen;
     }
     ct_wait(rx, 1, 20000);
@@ -248,6 +253,7 @@ TEST_F(Job, EarlyExitPeersGetFailureEventsNotHangs) {
     char buf[64] = {};
     if (rank() == last) {
         ASSERT_EQ(ptlrt_barrier(), 0);
+        std::fflush(stdout);
         _exit(0);  // gone without PtlFini, like a crash
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
@@ -271,6 +277,7 @@ TEST_F(Job, EarlyExitPeersGetFailureEventsNotHangs) {
     EXPECT_EQ(PtlMDRelease(bmd), PTL_OK);
     EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
     PtlFini();
+    std::fflush(stdout);
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // the barrier in TearDown would wait for the dead rank
 }
 

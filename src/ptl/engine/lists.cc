@@ -145,7 +145,7 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
             }
             if (inc_rlength) {
                 en->local_offset += rlength;
-                if (en->desc.min_free && en->desc.length - std::min(en->local_offset, en->desc.length) <
+                if (en->desc.min_free && en->region.length - std::min(en->local_offset, en->region.length) <
                                              en->desc.min_free) {
                     unlinked = true;
                     return false;

@@ -144,7 +144,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         if (!bits_match(*e, h.match_bits) || !source_matches(*n, *e, src)) return false;
         if ((e->opts() & PTL_ME_NO_TRUNCATE) && rlength > 0) {  // M4
             const ptl_size_t off = (e->opts() & PTL_ME_MANAGE_LOCAL) ? e->local_offset : h.remote_offset;
-            if (off > e->desc.length || rlength > e->desc.length - off) return false;
+            if (off > e->region.length || rlength > e->region.length - off) return false;
         }
         return true;
     };
@@ -208,7 +208,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     // Offset and length (B1-B4, step 10-11).
     const bool local = e->opts() & PTL_ME_MANAGE_LOCAL;
     const ptl_size_t offset = local ? e->local_offset : h.remote_offset;
-    ptl_size_t mlength = offset >= e->desc.length ? 0 : std::min(rlength, e->desc.length - offset);
+    ptl_size_t mlength = offset >= e->region.length ? 0 : std::min(rlength, e->region.length - offset);
     const bool is_atomic = op == proto::kAtomic || op == proto::kFetchAtomic || op == proto::kSwap;
     const size_t dts = is_atomic ? atomics::datatype_size(h.atomic_type) : 1;
     if (is_atomic && dts) mlength -= mlength % dts;
@@ -336,7 +336,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets.
     if ((e->opts() & PTL_ME_USE_ONCE) ||
         (local && e->desc.min_free &&
-         e->desc.length - std::min(e->local_offset, e->desc.length) < e->desc.min_free))
+         e->region.length - std::min(e->local_offset, e->region.length) < e->desc.min_free))
         auto_unlink(n, pt, e);
 
     if (reply) {

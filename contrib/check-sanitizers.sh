@@ -1,0 +1,24 @@
+#!/bin/sh
+# make check under ASan+UBSan, and the unit tests (they include the threaded ones) under TSan,
+# each in its own out-of-tree build directory.
+set -e
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+[ -x configure ] || ./autogen.sh >/dev/null
+run() {
+  dir=$1; shift
+  san=$1; shift
+  mkdir -p "$top/$dir"
+  cd "$top/$dir"
+  [ -f Makefile ] || "$top/configure" -q --enable-sanitizers="$san" CC=gcc CXX=g++
+  make -j"$(nproc)" >/dev/null
+  "$@"
+  cd "$top"
+}
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+echo "== ASan+UBSan: make check"
+run _build-asan address,undefined make -j"$(nproc)" check
+echo "== TSan: unit tests"
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+run _build-tsan thread sh -c 'make -j"$(nproc)" test/unit_tests >/dev/null && ./test/unit_tests --gtest_brief=1'

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Installs the Debian 12 packages portals-ucx needs to build, test and benchmark.
+# Runs apt-get only when something is missing; needs root (or sudo) then.
+set -e
+pkgs="build-essential autoconf automake libtool pkg-config libgtest-dev ucx-utils libucx-dev clang"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing:$missing"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO=sudo
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null

@@ -1,0 +1,11 @@
+#!/bin/sh
+# Everything a newcomer or CI needs: install dependencies, build, run `make check`, then the
+# same suite again under AddressSanitizer + UndefinedBehaviorSanitizer and the threaded
+# tests under ThreadSanitizer (separate build trees in _build-*).
+set -e
+cd "$(dirname "$0")/.."
+./contrib/install-deps.sh
+./contrib/build.sh
+make -C _build -j"$(nproc)" check
+./contrib/check-sanitizers.sh
+echo "all tests passed"
