@@ -8,7 +8,7 @@ src="$top/test/compat/reference_client.c"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 ln -s "$b/.libs/libportals4.so" "$out/libportals.so"
-cc=${CC:-cc}
+cc="${CC:-cc} ${SANITIZE_FLAGS:-}"
 $cc -std=c99 -Wall -Wextra -Werror -pedantic -I"$top/include" "$src" -L"$out" -lportals -o "$out/client"
 $cc -std=c99 -Wall -Wextra -Werror -DPTL_COMPAT_PRE_4_3 -I"$top/include" "$src" -L"$b/.libs" -lportals4 -o "$out/client_old"
 LD_LIBRARY_PATH="$out:$b/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$out/client"
