@@ -9,7 +9,7 @@ namespace ptl {
 struct Config {
     bool progress_thread = true;      // PTL_PROGRESS=thread|manual
     int progress_cpu = -1;            // PTL_PROGRESS_CPU (-1: a core the caller is not on)
-    long wait_spin_us = 50;           // PTL_WAIT_SPIN_US: callers poll this long before sleeping
+    long wait_spin_us = 500;          // PTL_WAIT_SPIN_US: callers poll this long before sleeping
     uint64_t rndv_threshold = 16384;  // PTL_RNDV_THRESH: larger payloads move by bulk copy
     uint32_t shm_cells = 4096;        // PTL_SHM_CELLS
     uint32_t shm_cell_size = 256;     // PTL_SHM_CELL_SIZE

@@ -691,10 +691,15 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
     const uint64_t deadline = forever ? UINT64_MAX : start + uint64_t(timeout_ms) * 1000000ull;
     const uint64_t spin_end = start + uint64_t(cfg_.wait_spin_us) * 1000ull;
     bool polling = false;
-    auto stop_polling = [&] {
+    // A caller that returns is likely to poll again soon (a ping-pong loop): the progress
+    // thread stays parked and notices the polling has stopped by itself. Only a caller about
+    // to sleep needs it awake now.
+    auto stop_polling = [&](bool going_to_sleep = false) {
         if (polling) {
             polling = false;
-            if (active_pollers_.fetch_sub(1) == 1 && progress_thread_) progress_thread_->poke();
+            // A caller about to sleep hands progress back at once.
+            last_poll_ns_.store(going_to_sleep ? 0 : now_ns(), std::memory_order_relaxed);
+            if (active_pollers_.fetch_sub(1) == 1 && going_to_sleep && progress_thread_) progress_thread_->poke();
         }
     };
     for (;;) {
@@ -723,7 +728,7 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
             lk.lock();
             continue;
         }
-        stop_polling();
+        stop_polling(true);
         const uint32_t seq = event_seq_.load(std::memory_order_acquire);
         sleepers_.fetch_add(1);
         lk.unlock();

@@ -151,6 +151,7 @@ private:
     std::atomic<uint32_t> event_seq_{0};
     std::atomic<uint32_t> sleepers_{0};
     std::atomic<uint32_t> active_pollers_{0};
+    std::atomic<uint64_t> last_poll_ns_{0};
 
     // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
     PeerId self_{};

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <ctime>
 
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/shm/shm_wire.h"
@@ -38,7 +39,16 @@ void place(int cpu) {
     pthread_setaffinity_np(pthread_self(), sizeof want, &want);
 }
 
+constexpr long kParkNs = 1000000;  // 1 ms
+
 }  // namespace
+
+bool ProgressThread::recently_polled() const {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+    return now - engine_.last_poll_ns_.load(std::memory_order_relaxed) < uint64_t(2 * kParkNs);
+}
 
 ProgressThread::ProgressThread(Engine &e, int cpu) : engine_(e), thread_([this, cpu] { run(cpu); }) {}
 
@@ -77,13 +87,12 @@ void ProgressThread::run(int cpu) {
         }
         idle = 0;
         const long liveness_us = engine_.config().liveness_ms * 1000;
-        if (engine_.active_pollers_.load(std::memory_order_acquire)) {
-            // An application thread is polling the rings itself; stay out of its way.
+        if (engine_.active_pollers_.load(std::memory_order_acquire) || recently_polled()) {
+            // An application thread is polling the rings itself; stay out of its way and
+            // look again shortly, so progress resumes soon after it stops polling.
             const uint32_t v = park_word_.load(std::memory_order_acquire);
-            if (engine_.active_pollers_.load(std::memory_order_acquire)) {
-                struct timespec ts{liveness_us / 1000000, (liveness_us % 1000000) * 1000};
-                syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
-            }
+            struct timespec ts{0, kParkNs};
+            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
             continue;
         }
         if (engine_.shm_) engine_.shm_->wait_for_traffic(liveness_us);

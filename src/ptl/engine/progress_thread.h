@@ -19,6 +19,7 @@ public:
 
 private:
     void run(int cpu);
+    bool recently_polled() const;
     Engine &engine_;
     std::atomic<bool> stop_{false};
     std::atomic<uint32_t> park_word_{0};
