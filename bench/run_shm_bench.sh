@@ -23,7 +23,7 @@ lat=$(echo "$ours" | awk '/^put_lat_8B_us/ {print $2}')
 rate=$(echo "$ours" | awk '/^msg_rate_8B_Mmsgs/ {print $2}')
 ucx_lat=$(perf am_lat posix 8 100000 | awk '{print $1}')
 ucx_rate=$(perf am_bw posix 8 1000000 | awk '{print $3 / 1e6}')
-echo "# portals-ucx shm benchmark, $(date -u +%Y-%m-%d), $(nproc) CPUs, UCX $(ucx_info -v | sed -n 's/.*version: \([0-9.]*\).*/\1/p' | head -1)"
+echo "# portals-ucx shm benchmark, $(date -u +%Y-%m-%d), $(nproc) CPUs, UCX $(ucx_info -v | awk '/Version/ {print $3; exit}')"
 echo "# ours: ptlrun -n 2 bench/ptl_pingpong (put into an LE, CT completion; PTL_PROGRESS=thread)"
 echo "# UCX:  ucx_perftest -x posix/cma -d memory, server and client on 127.0.0.1"
 echo
