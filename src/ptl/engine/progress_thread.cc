@@ -6,6 +6,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <hwloc.h>
+
 #include <climits>
 #include <ctime>
 
@@ -17,26 +19,30 @@ namespace ptl {
 
 namespace {
 
-// PTL_PROGRESS_CPU, or a CPU other than the ones the caller may run on, where one exists.
-void place(int cpu) {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    cpu_set_t want;
-    CPU_ZERO(&want);
-    if (cpu >= 0) {
-        CPU_SET(cpu, &want);
-    } else {
-        const int here = sched_getcpu();
-        int count = 0;
-        for (int c = 0; c < CPU_SETSIZE; ++c)
-            if (CPU_ISSET(c, &allowed) && c != here) {
-                CPU_SET(c, &want);
-                ++count;
-            }
-        if (count == 0) return;
+// PTL_PROGRESS_CPU, or else a core other than the one the initializing thread runs on
+// (found with hwloc, so hyperthread siblings of the caller are avoided too), where one exists.
+void place(int cpu, int caller_cpu) {
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) != 0) return;
+    if (hwloc_topology_load(topo) != 0) {
+        hwloc_topology_destroy(topo);
+        return;
     }
-    pthread_setaffinity_np(pthread_self(), sizeof want, &want);
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    if (cpu >= 0) {
+        hwloc_bitmap_only(set, unsigned(cpu));
+    } else {
+        hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_THREAD);  // what we may run on
+        hwloc_obj_t pu = caller_cpu >= 0 ? hwloc_get_pu_obj_by_os_index(topo, unsigned(caller_cpu)) : nullptr;
+        hwloc_obj_t core = pu ? hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu) : nullptr;
+        hwloc_bitmap_t others = hwloc_bitmap_dup(set);
+        if (core) hwloc_bitmap_andnot(others, others, core->cpuset);
+        if (!hwloc_bitmap_iszero(others)) hwloc_bitmap_copy(set, others);
+        hwloc_bitmap_free(others);
+    }
+    if (!hwloc_bitmap_iszero(set)) hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD);
+    hwloc_bitmap_free(set);
+    hwloc_topology_destroy(topo);
 }
 
 constexpr long kParkNs = 1000000;  // 1 ms
@@ -50,7 +56,8 @@ bool ProgressThread::recently_polled() const {
     return now - engine_.last_poll_ns_.load(std::memory_order_relaxed) < uint64_t(2 * kParkNs);
 }
 
-ProgressThread::ProgressThread(Engine &e, int cpu) : engine_(e), thread_([this, cpu] { run(cpu); }) {}
+ProgressThread::ProgressThread(Engine &e, int cpu)
+    : engine_(e), thread_([this, cpu, caller = sched_getcpu()] { run(cpu, caller); }) {}
 
 ProgressThread::~ProgressThread() {
     stop_.store(true);
@@ -64,9 +71,9 @@ void ProgressThread::poke() {
     syscall(SYS_futex, &park_word_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
-void ProgressThread::run(int cpu) {
+void ProgressThread::run(int cpu, int caller_cpu) {
     pthread_setname_np(pthread_self(), "ptl-progress");
-    place(cpu);
+    place(cpu, caller_cpu);
     int idle = 0;
     while (!stop_.load(std::memory_order_acquire)) {
         int work;

@@ -18,7 +18,7 @@ public:
     void poke();  // a poller left: take over again
 
 private:
-    void run(int cpu);
+    void run(int cpu, int caller_cpu);
     bool recently_polled() const;
     Engine &engine_;
     std::atomic<bool> stop_{false};
