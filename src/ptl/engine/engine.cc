@@ -13,6 +13,7 @@
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/shm/shm_wire.h"
 #include "progress_thread.h"
+#include "small_vec.h"
 
 namespace ptl {
 
@@ -493,7 +494,7 @@ int Engine::eq_poll(const ptl_handle_eq_t *hs, unsigned size, ptl_time_t timeout
                     unsigned *which) {
     Lock lk(mu_);
     if (!hs || size == 0 || !ev) return PTL_ARG_INVALID;
-    std::vector<Eq *> eqs(size);
+    SmallVec<Eq *, 4> eqs(size);
     for (unsigned i = 0; i < size; ++i)
         if (!(eqs[i] = eq_of(hs[i]))) return PTL_ARG_INVALID;
     for (Eq *e : eqs) ++e->refs, ++e->waiters;
@@ -575,7 +576,7 @@ int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned
                     ptl_time_t timeout, ptl_ct_event_t *ev, unsigned *which) {
     Lock lk(mu_);
     if (!hs || !tests || size == 0 || !ev) return PTL_ARG_INVALID;
-    std::vector<Ct *> cts(size);
+    SmallVec<Ct *, 4> cts(size);
     for (unsigned i = 0; i < size; ++i)
         if (!(cts[i] = ct_of(hs[i]))) return PTL_ARG_INVALID;
     for (Ct *c : cts) ++c->refs;

@@ -23,8 +23,8 @@ uint8_t proto_op(TrigKind k) {
     }
 }
 
-void add_segments(const Region &r, uint64_t off, uint64_t len, std::vector<proto::Segment> &out) {
-    std::vector<struct iovec> v;
+void add_segments(const Region &r, uint64_t off, uint64_t len, SmallVec<proto::Segment, 8> &out) {
+    IovList v;
     r.pieces(off, len, v);
     for (auto &p : v) out.push_back({reinterpret_cast<uint64_t>(p.iov_base), p.iov_len});
 }
@@ -114,8 +114,8 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
 
     Wire *w = wire_for(peer);
     const size_t max_inline = w ? w->max_inline(peer) - sizeof h - operand_len : 0;
-    std::vector<struct iovec> iov;
-    std::vector<proto::Segment> segs;
+    IovList iov;
+    SmallVec<proto::Segment, 8> segs;
     if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
     bool rndv = false;
     if (kind == TrigKind::Get) {

@@ -45,7 +45,7 @@ void place(int cpu, int caller_cpu) {
     hwloc_topology_destroy(topo);
 }
 
-constexpr long kParkNs = 1000000;  // 1 ms
+constexpr long kParkNs = 5000000;  // 5 ms
 
 }  // namespace
 
@@ -88,20 +88,22 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             if (!work) sched_yield();
             continue;
         }
+        if (engine_.active_pollers_.load(std::memory_order_acquire) || recently_polled()) {
+            // An application thread is polling the rings itself: stay out of its way (on a
+            // small machine every wake-up steals its CPU) and look again later, so progress
+            // resumes soon after it stops polling without sleeping.
+            const uint32_t v = park_word_.load(std::memory_order_acquire);
+            struct timespec ts{0, kParkNs};
+            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+            idle = 0;
+            continue;
+        }
         if (++idle < 16) {
             sched_yield();
             continue;
         }
         idle = 0;
         const long liveness_us = engine_.config().liveness_ms * 1000;
-        if (engine_.active_pollers_.load(std::memory_order_acquire) || recently_polled()) {
-            // An application thread is polling the rings itself; stay out of its way and
-            // look again shortly, so progress resumes soon after it stops polling.
-            const uint32_t v = park_word_.load(std::memory_order_acquire);
-            struct timespec ts{0, kParkNs};
-            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
-            continue;
-        }
         if (engine_.shm_) engine_.shm_->wait_for_traffic(liveness_us);
     }
 }

@@ -25,7 +25,7 @@ void *Region::address_at(uint64_t offset) const {
     return niov ? static_cast<char *>(iov[niov - 1].iov_base) + iov[niov - 1].iov_len : start;
 }
 
-void Region::pieces(uint64_t offset, uint64_t len, std::vector<struct iovec> &out) const {
+void Region::pieces(uint64_t offset, uint64_t len, IovList &out) const {
     if (len == 0) return;
     if (!iov) {
         out.push_back({static_cast<char *>(start) + offset, len});
@@ -78,7 +78,7 @@ bool Region::write(uint64_t offset, const void *src, uint64_t len, bool checked)
         std::memcpy(dst, src, len);
         return true;
     }
-    std::vector<struct iovec> ps;
+    IovList ps;
     pieces(offset, len, ps);
     const char *s = static_cast<const char *>(src);
     for (auto &p : ps) {
@@ -100,7 +100,7 @@ bool Region::read(uint64_t offset, void *dst, uint64_t len, bool checked) const 
         std::memcpy(dst, src, len);
         return true;
     }
-    std::vector<struct iovec> ps;
+    IovList ps;
     pieces(offset, len, ps);
     char *d = static_cast<char *>(dst);
     for (auto &p : ps) {

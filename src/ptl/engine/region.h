@@ -9,7 +9,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "small_vec.h"
+
 namespace ptl {
+
+using IovList = SmallVec<struct iovec, 8>;
 
 struct Region {
     void *start = nullptr;
@@ -24,7 +28,7 @@ struct Region {
     void *address_at(uint64_t offset) const;
 
     // Appends the (address, length) pieces covering [offset, offset+len) to `out`.
-    void pieces(uint64_t offset, uint64_t len, std::vector<struct iovec> &out) const;
+    void pieces(uint64_t offset, uint64_t len, IovList &out) const;
 
     // Copies into / out of the region. `checked` copies go through the kernel so that an
     // unmapped address fails the copy (PTL_NI_SEGV) instead of faulting the process.

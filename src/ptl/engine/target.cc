@@ -36,8 +36,8 @@ UhKind uh_kind(uint8_t op) {
     }
 }
 
-std::vector<struct iovec> segments_to_iovecs(const void *p, size_t n) {
-    std::vector<struct iovec> v(n);
+IovList segments_to_iovecs(const void *p, size_t n) {
+    IovList v(n);
     for (size_t i = 0; i < n; ++i) {
         proto::Segment s;
         std::memcpy(&s, static_cast<const char *>(p) + i * sizeof s, sizeof s);
@@ -219,16 +219,16 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const size_t data_len = m.payload_len - h.operand_len;
     const bool checked = e->checked_access();
     bool ok = true;
-    std::vector<char> out;  // reply data
+    SmallVec<char, 256> out;  // reply data
     uint8_t reply_flags = 0;
 
     auto write_in = [&](ptl_size_t len) -> bool {
         if (!rndv) return len <= data_len && e->region.write(offset, data, len, checked);
         auto remote = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
-        std::vector<struct iovec> local_iov;
+        IovList local_iov;
         e->region.pieces(offset, len, local_iov);
         // Pull only mlength bytes: trim the remote list to the same length.
-        std::vector<struct iovec> r;
+        IovList r;
         ptl_size_t left = len;
         for (auto &s : remote) {
             if (!left) break;
@@ -244,7 +244,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {
         ok = write_in(mlength);
     } else if (op == proto::kAtomic) {
-        std::vector<char> t(mlength);
+        SmallVec<char, 256> t(mlength);
         ok = mlength <= data_len && e->region.read(offset, t.data(), mlength, checked);
         if (ok) {
             atomics::apply(h.atomic_op, h.atomic_type, t.data(), data, operand, mlength);
@@ -255,9 +255,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         // of the overflow bytes (A11).
         if (h.flags & proto::kBulkReply) {
             auto remote = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
-            std::vector<struct iovec> local_iov;
+            IovList local_iov;
             e->region.pieces(offset, mlength, local_iov);
-            std::vector<struct iovec> r;
+            IovList r;
             ptl_size_t left = mlength;
             for (auto &s : remote) {
                 if (!left) break;
@@ -278,7 +278,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         out.resize(mlength);
         ok = mlength <= data_len && e->region.read(offset, out.data(), mlength, checked);
         if (ok) {
-            std::vector<char> t(out);
+            SmallVec<char, 256> t(out);
             atomics::apply(h.atomic_op, h.atomic_type, t.data(), data, operand, mlength);
             ok = e->region.write(offset, t.data(), mlength, checked);
         }
