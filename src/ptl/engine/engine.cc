@@ -138,6 +138,7 @@ int Engine::open_physical(ptl_pid_t pid) {
     const int64_t got = identity::acquire_pid(nid, pid, &fd, &err);
     if (got < 0) return err == "in use" ? PTL_PID_IN_USE : PTL_NO_SPACE;
     self_ = {nid, uint32_t(got)};
+    uid_ = getuid();
     shm::ShmConfig sc;
     sc.ncells = cfg_.shm_cells;
     sc.cell_size = cfg_.shm_cell_size;
@@ -376,7 +377,7 @@ int Engine::pt_enable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
 int Engine::get_uid(ptl_handle_ni_t h, ptl_uid_t *uid) {
     Lock lk(mu_);
     if (!ni_of(h) || !uid) return PTL_ARG_INVALID;
-    *uid = getuid();
+    *uid = uid_;
     return PTL_OK;
 }
 

@@ -155,6 +155,7 @@ private:
 
     // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
     PeerId self_{};
+    ptl_uid_t uid_ = 0;  // the usage id carried in every request (§3.8)
     bool phys_open_ = false;
     int pid_lock_fd_ = -1;
     std::string iface_name_;

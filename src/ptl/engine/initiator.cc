@@ -102,7 +102,7 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
     h.atomic_op = a.op;
     h.atomic_type = a.datatype;
     h.pt_index = a.pt_index;
-    h.uid = getuid();
+    h.uid = uid_;
     h.src_rank = n->logical() ? n->rank_of(self_) : PTL_RANK_ANY;
     h.operand_len = uint32_t(operand_len);
     h.match_bits = a.match_bits;
