@@ -55,6 +55,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = strtoul(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--quick")) { iters = 2000; max_size = 1u << 20; }
     }
+    if (max_size < 8) max_size = 8;
     if (ptlrt_init() != 0 || ptlrt_size() != 2) {
         fprintf(stderr, "run with: ptlrun -n 2 %s\n", argv[0]);
         return 2;

@@ -120,8 +120,10 @@ void Engine::abort() {
 }
 
 void Engine::notify_waiters() {
-    event_seq_.fetch_add(1, std::memory_order_release);
-    if (sleepers_.load(std::memory_order_acquire)) {
+    event_seq_.fetch_add(1, std::memory_order_seq_cst);
+    // Sleepers arm the flag before sleeping; one wake-up serves all of them, so a stream of
+    // events costs one system call per sleep, not one per event.
+    if (sleepers_armed_.load(std::memory_order_seq_cst) && sleepers_armed_.exchange(false)) {
         futex_wake_all(&event_seq_);
         if (!cfg_.progress_thread && shm_) shm_->wake();
     }
@@ -731,8 +733,8 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
             continue;
         }
         stop_polling(true);
-        const uint32_t seq = event_seq_.load(std::memory_order_acquire);
-        sleepers_.fetch_add(1);
+        const uint32_t seq = event_seq_.load(std::memory_order_seq_cst);
+        sleepers_armed_.store(true, std::memory_order_seq_cst);
         lk.unlock();
         long us = forever ? 100000 : long(std::min<uint64_t>((deadline - t) / 1000, 100000));
         if (us < 1) us = 1;
@@ -741,7 +743,6 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
         } else {
             shm_->wait_for_traffic(std::min(us, 1000L));
         }
-        sleepers_.fetch_sub(1);
         lk.lock();
     }
 }

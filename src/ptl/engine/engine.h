@@ -149,7 +149,7 @@ private:
     std::atomic<int> init_refs_{0};
     std::atomic<bool> aborted_{false};
     std::atomic<uint32_t> event_seq_{0};
-    std::atomic<uint32_t> sleepers_{0};
+    std::atomic<bool> sleepers_armed_{false};
     std::atomic<uint32_t> active_pollers_{0};
     std::atomic<uint64_t> last_poll_ns_{0};
 

@@ -124,7 +124,9 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
 }
 
 void Ring::ring_doorbell_if_sleeping() {
-    if (ctl_->sleeping.load(std::memory_order_relaxed)) {
+    // One wake per sleep: the first producer to see the flag clears it, the rest skip the
+    // system call (the consumer re-arms before it sleeps again).
+    if (ctl_->sleeping.load(std::memory_order_relaxed) && ctl_->sleeping.exchange(0)) {
         ctl_->doorbell.fetch_add(1, std::memory_order_release);
         syscall(SYS_futex, &ctl_->doorbell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
     }
