@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -44,6 +45,11 @@ std::unique_ptr<ShmWire> ShmWire::create(PeerId self, const ShmConfig &cfg, std:
         return nullptr;
     }
     Ring::format(w->base_, cfg.ncells, cfg.cell_size, getpid());
+    // Under Yama ptrace_scope=1 cross-memory attach needs our consent; peers are processes
+    // of the same user (the kernel still checks that).
+#ifdef PR_SET_PTRACER
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
     w->rx_.attach(w->base_, w->len_);
     return w;
 }
