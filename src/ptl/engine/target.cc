@@ -46,6 +46,19 @@ IovList segments_to_iovecs(const void *p, size_t n) {
     return v;
 }
 
+// The first `len` bytes of the initiator's segments, which travel after the operand.
+IovList remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
+    IovList all = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
+    IovList r;
+    for (auto &s : all) {
+        if (!len) break;
+        const size_t k = std::min<size_t>(s.iov_len, len);
+        r.push_back({s.iov_base, k});
+        len -= k;
+    }
+    return r;
+}
+
 }  // namespace
 
 void Engine::handle_message(const InMessage &m) {
@@ -224,18 +237,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     auto write_in = [&](ptl_size_t len) -> bool {
         if (!rndv) return len <= data_len && e->region.write(offset, data, len, checked);
-        auto remote = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
         IovList local_iov;
         e->region.pieces(offset, len, local_iov);
-        // Pull only mlength bytes: trim the remote list to the same length.
-        IovList r;
-        ptl_size_t left = len;
-        for (auto &s : remote) {
-            if (!left) break;
-            const size_t k = std::min<size_t>(s.iov_len, left);
-            r.push_back({s.iov_base, k});
-            left -= k;
-        }
+        IovList r = remote_pieces(data, data_len, len);  // pull only mlength bytes
         Wire *w = wire_for(m.from);
         return len == 0 || (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.data(),
                                               int(r.size())));
@@ -254,17 +258,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         // A get, or a fetching atomic matched in the overflow list, which behaves as a get
         // of the overflow bytes (A11).
         if (h.flags & proto::kBulkReply) {
-            auto remote = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
             IovList local_iov;
             e->region.pieces(offset, mlength, local_iov);
-            IovList r;
-            ptl_size_t left = mlength;
-            for (auto &s : remote) {
-                if (!left) break;
-                const size_t k = std::min<size_t>(s.iov_len, left);
-                r.push_back({s.iov_base, k});
-                left -= k;
-            }
+            IovList r = remote_pieces(data, data_len, mlength);
             Wire *w = wire_for(m.from);
             ok = mlength == 0 || (w && w->bulk_write(m.from, local_iov.data(), int(local_iov.size()),
                                                      r.data(), int(r.size())));
