@@ -403,3 +403,43 @@ TEST_F(Data, Undeliverable_TargetProcessDoesNotExist) {
     EXPECT_EQ(ev.type, PTL_EVENT_SEND);
     EXPECT_EQ(ev.ni_fail_type, PTL_NI_UNDELIVERABLE);
 }
+
+TEST_F(Data, F45_F46_F47_F48_TriggeredGetAtomicFetchSwapFireOnThreshold) {
+    int64_t target[4] = {100, 200, 300, 400};
+    append(pt_, me_desc(target, sizeof target, PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE |
+                                                  PTL_ME_EVENT_COMM_DISABLE));
+    ptl_handle_ct_t trig, done;
+    ASSERT_EQ(PtlCTAlloc(ni_, &trig), PTL_OK);
+    ASSERT_EQ(PtlCTAlloc(ni_, &done), PTL_OK);
+    int64_t got = 0, add = 5, fetched = 0, swapped = 0, newval = 77, operand = 400;
+    ptl_handle_md_t gmd = bind(&got, 8, PTL_MD_EVENT_CT_REPLY, done);
+    ptl_handle_md_t amd = bind(&add, 8, PTL_MD_EVENT_CT_ACK | PTL_MD_EVENT_SEND_DISABLE, done);
+    ptl_handle_md_t fmd = bind(&fetched, 8, PTL_MD_EVENT_CT_REPLY, done);
+    ptl_handle_md_t smd = bind(&swapped, 8, PTL_MD_EVENT_CT_REPLY, done);
+    ptl_handle_md_t nmd = bind(&newval, 8, PTL_MD_EVENT_SEND_DISABLE);
+    ASSERT_EQ(PtlTriggeredGet(gmd, 0, 8, self_, pt_, 0, 0, nullptr, trig, 1), PTL_OK);
+    ASSERT_EQ(PtlTriggeredAtomic(amd, 0, 8, PTL_CT_ACK_REQ, self_, pt_, 0, 8, nullptr, 0, PTL_SUM, PTL_INT64_T, trig, 2),
+              PTL_OK);
+    ASSERT_EQ(PtlTriggeredFetchAtomic(fmd, 0, amd, 0, 8, self_, pt_, 0, 16, nullptr, 0, PTL_SUM, PTL_INT64_T, trig, 2),
+              PTL_OK);
+    ASSERT_EQ(PtlTriggeredSwap(smd, 0, nmd, 0, 8, self_, pt_, 0, 24, nullptr, 0, &operand, PTL_CSWAP, PTL_INT64_T,
+                               trig, 3), PTL_OK);
+    EXPECT_EQ(PtlTriggeredSwap(smd, 0, nmd, 0, 8, self_, pt_, 0, 24, nullptr, 0, nullptr, PTL_CSWAP, PTL_INT64_T,
+                               trig, 3), PTL_ARG_INVALID);  // CSWAP needs its operand
+    EXPECT_EQ(PtlTriggeredGet(gmd, 0, 8, self_, pt_, 0, 0, nullptr, PTL_CT_NONE, 1), PTL_ARG_INVALID);
+    sync_point();
+    ptl_ct_event_t v;
+    PtlCTGet(done, &v);
+    EXPECT_EQ(v.success, 0u);  // nothing before the threshold
+    ASSERT_EQ(PtlCTInc(trig, ptl_ct_event_t{1, 0}), PTL_OK);
+    ct_wait(done, 1);
+    EXPECT_EQ(got, 100);
+    ASSERT_EQ(PtlCTInc(trig, ptl_ct_event_t{2, 0}), PTL_OK);
+    v = ct_wait(done, 4);
+    EXPECT_EQ(v.failure, 0u);
+    EXPECT_EQ(target[1], 205);
+    EXPECT_EQ(fetched, 300);
+    EXPECT_EQ(target[2], 305);
+    EXPECT_EQ(swapped, 400);  // operand matched: swapped in
+    EXPECT_EQ(target[3], 77);
+}

@@ -480,3 +480,36 @@ TEST_F(NonMatching, L13_FirstLEAlwaysMatches_LEsFollowSameOverflowRules) {
     ptl_me_t me = me_desc(a, 8, PTL_ME_OP_PUT);
     EXPECT_EQ(PtlMEAppend(ni_, pt, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_ARG_INVALID);  // I-list 22
 }
+
+TEST_F(NonMatching, F21_LESearchOnlyAndDelete) {
+    char src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, ov[32];
+    ptl_handle_md_t md = bind(src, sizeof src);
+    ptl_pt_index_t pt = alloc_pt();
+    ptl_le_t le{};
+    le.start = ov;
+    le.length = sizeof ov;
+    le.ct_handle = PTL_CT_NONE;
+    le.uid = PTL_UID_ANY;
+    le.options = PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE;
+    ptl_handle_le_t h;
+    ASSERT_EQ(PtlLEAppend(ni_, pt, &le, PTL_OVERFLOW_LIST, nullptr, &h), PTL_OK);
+    ASSERT_EQ(PtlPut(md, 0, 4, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT);
+    ptl_le_t probe{};
+    probe.ct_handle = PTL_CT_NONE;
+    probe.uid = PTL_UID_ANY;
+    ASSERT_EQ(PtlLESearch(ni_, pt, &probe, PTL_SEARCH_ONLY, (void *)1), PTL_OK);
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_SEARCH);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+    EXPECT_EQ(ev.mlength, 4u);
+    EXPECT_EQ(next_event(eq_).ni_fail_type, PTL_NI_NO_MATCH);
+    EXPECT_EQ(PtlLEUnlink(h), PTL_IN_USE);  // the header is still there
+    ASSERT_EQ(PtlLESearch(ni_, pt, &probe, PTL_SEARCH_DELETE, (void *)2), PTL_OK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
+    EXPECT_EQ(next_event(eq_).ni_fail_type, PTL_NI_NO_MATCH);
+    EXPECT_EQ(PtlLEUnlink(h), PTL_OK);
+    EXPECT_EQ(PtlLESearch(ni_, pt, &probe, 5, nullptr), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlLESearch(ni_, 100000, &probe, PTL_SEARCH_ONLY, nullptr), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlLESearch(ni_, pt, nullptr, PTL_SEARCH_ONLY, nullptr), PTL_ARG_INVALID);
+}
