@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 ./contrib/install-deps.sh
 ./contrib/build.sh
 make -C _build -j"$(nproc)" check
-./contrib/check-sanitizers.sh
+make -C _build check-sanitizers
 echo "all tests passed"

@@ -125,7 +125,9 @@ TEST_F(Job, MatchedSendsWithWildcardSourceAndTags) {
             EXPECT_EQ(*static_cast<uint64_t *>(ev.user_ptr), (src << 32) | tag * 3);
             const size_t slot_index = size_t(static_cast<uint64_t *>(ev.user_ptr) - slots.data());
             EXPECT_EQ(slot_index % kPerPeer, tag);  // tags always match exactly
-            if (tag % 2 == 0) EXPECT_EQ(slot_index / kPerPeer, src);  // exact-source receive
+            if (tag % 2 == 0) {  // exact-source receive
+                EXPECT_EQ(slot_index / kPerPeer, src);
+            }
             EXPECT_TRUE(seen.insert(ev.match_bits).second);
             if (next_event(eq_, 20000).type != PTL_EVENT_AUTO_UNLINK) ADD_FAILURE() << "missing AUTO_UNLINK";
         }

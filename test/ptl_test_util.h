@@ -59,7 +59,9 @@ class LoopbackTest : public ::testing::Test {
 protected:
     void SetUp() override { init(PTL_NI_MATCHING | PTL_NI_PHYSICAL); }
     void TearDown() override {
-        if (ni_ != PTL_INVALID_HANDLE) EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+        if (ni_ != PTL_INVALID_HANDLE) {
+            EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+        }
         PtlFini();
     }
     void init(unsigned options) {
