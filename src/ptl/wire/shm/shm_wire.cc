@@ -85,6 +85,10 @@ ShmWire::Peer *ShmWire::peer(PeerId id) {
         return nullptr;
     }
     p->os_pid = p->ring.control()->owner_os_pid;
+    if (kill(p->os_pid, 0) != 0 && errno == ESRCH) {  // a segment left by a crashed process
+        munmap(p->base, p->len);
+        return nullptr;
+    }
     Peer *raw = p.get();
     peers_.emplace(id, std::move(p));
     return raw;
