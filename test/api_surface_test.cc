@@ -267,3 +267,26 @@ TEST(Abort_F03, WakesWaitersAndSticks) {
     EXPECT_EQ(PtlNIFini(ni), PTL_OK);
     PtlFini();
 }
+
+TEST_F(NiTest, BadInput_FreeingAnEqOrCtStillInUseDoesNotCorruptMemory) {
+    // §3.13.6/§3.14.3 make this the user's error; it must still not crash (run under ASan).
+    char src[8] = {}, dst[8];
+    ptl_handle_eq_t eq;
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlEQAlloc(ni_, 8, &eq), PTL_OK);
+    ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+    ptl_md_t md = md_desc(src, 8, eq, ct, PTL_MD_EVENT_CT_SEND);
+    ptl_handle_md_t mh;
+    ASSERT_EQ(PtlMDBind(ni_, &md, &mh), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq, PTL_PT_ANY, &pt), PTL_OK);
+    ptl_me_t me = me_desc(dst, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM, 0, 0, ct);
+    ptl_handle_me_t meh;
+    ASSERT_EQ(PtlMEAppend(ni_, pt, &me, PTL_PRIORITY_LIST, nullptr, &meh), PTL_OK);
+    ASSERT_EQ(PtlEQFree(eq), PTL_OK);
+    ASSERT_EQ(PtlCTFree(ct), PTL_OK);
+    ASSERT_EQ(PtlPut(mh, 0, 8, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    sync_point();
+    ptl_event_t ev;
+    EXPECT_EQ(PtlEQGet(eq, &ev), PTL_ARG_INVALID);
+}

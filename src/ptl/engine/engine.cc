@@ -477,8 +477,13 @@ int Engine::eq_free(ptl_handle_eq_t h) {
         lk.lock();
         if (!(e = eq_of(h))) return PTL_ARG_INVALID;
     }
+    // The user should have detached it (§3.13.6); if not, events for it are dropped rather
+    // than written into freed memory.
     for (Pt &pt : e->ni->pts)
         if (pt.eq == e) pt.eq = nullptr;
+    e->ni->mds.for_each([e](Md &m) {
+        if (m.eq == e) m.eq = nullptr;
+    });
     e->ni->eqs.remove(split_handle(h).slot);
     return PTL_OK;
 }
@@ -543,6 +548,13 @@ int Engine::ct_free(ptl_handle_ct_t h) {
     }
     Ni *n = c->ni;
     n->triggered -= uint32_t(c->triggered.size());
+    // Objects still pointing at it stop counting instead of touching freed memory (§3.14.3).
+    n->mds.for_each([c](Md &m) {
+        if (m.ct == c) m.ct = nullptr;
+    });
+    n->entries.for_each([c](Entry &en) {
+        if (en.ct == c) en.ct = nullptr;
+    });
     changed_cts_.erase(std::remove(changed_cts_.begin(), changed_cts_.end(), c), changed_cts_.end());
     n->cts.remove(split_handle(h).slot);
     return PTL_OK;
