@@ -103,6 +103,7 @@ void Engine::fini() {
     Lock lk(mu_);
     if (init_refs_.load() == 0) return;
     if (init_refs_.fetch_sub(1) != 1) return;
+    changed_cts_.clear();
     for (auto &n : nis_) {
         delete n;
         n = nullptr;
@@ -251,6 +252,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     if (!n) return PTL_ARG_INVALID;
     if (--n->refs > 0) return PTL_OK;
     nis_[n->index] = nullptr;
+    std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
     bool none = std::all_of(std::begin(nis_), std::end(nis_), [](Ni *x) { return !x; });
     lk.unlock();
