@@ -341,7 +341,10 @@ int Engine::pt_alloc(ptl_handle_ni_t h, unsigned options, ptl_handle_eq_t eqh, p
     pt.enabled = !(options & PTL_PT_ALLOC_DISABLED);
     pt.options = options;
     pt.eq = eq;
-    if (eq && (options & PTL_PT_FLOWCTRL)) ++eq->reserved;
+    if (eq && (options & PTL_PT_FLOWCTRL)) {
+        ++eq->reserved;
+        eq->grow(1);
+    }
     *out = idx;
     return PTL_OK;
 }
@@ -457,8 +460,8 @@ int Engine::eq_alloc(ptl_handle_ni_t h, ptl_size_t count, ptl_handle_eq_t *out) 
     Ni *n = ni_of(h);
     if (!n || !out || count == 0) return PTL_ARG_INVALID;
     if (count > (ptl_size_t(1) << 26)) return PTL_NO_SPACE;
-    // One spare slot per possible flow-controlled PT keeps PT_DISABLED deliverable.
-    auto eq = std::make_unique<Eq>(count + 1);
+    // Each flow-controlled PT attached later adds its own slot for PT_DISABLED (EQ4).
+    auto eq = std::make_unique<Eq>(count);
     eq->ni = n;
     const uint32_t slot = n->eqs.insert(std::move(eq));
     if (slot == UINT32_MAX) return PTL_NO_SPACE;

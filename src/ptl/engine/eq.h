@@ -25,6 +25,14 @@ struct Eq {
 
     explicit Eq(uint64_t capacity) : ring(capacity) {}
 
+    // Adds room (a flow-controlled PT reserving its PT_DISABLED slot), keeping the order.
+    void grow(uint64_t extra) {
+        std::vector<ptl_event_t> r(ring.size() + extra);
+        for (uint64_t i = 0; i < count; ++i) r[i] = ring[(head + i) % ring.size()];
+        ring.swap(r);
+        head = 0;
+    }
+
     // Room for a flow-controlled event (one that must not overwrite).
     bool has_room_for_regular() const { return count + reserved < ring.size(); }
 
