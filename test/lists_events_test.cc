@@ -1,6 +1,7 @@
 // §2.5, §3.11-§3.13 and digest §6-§7: matching, priority/overflow/unexpected lists, search,
 // unlink, truncation, locally managed offsets and full events. Rule IDs in test names.
 #include <cstring>
+#include <vector>
 
 #include "ptl_test_util.h"
 
@@ -513,3 +514,4 @@ TEST_F(NonMatching, F21_LESearchOnlyAndDelete) {
     EXPECT_EQ(PtlLESearch(ni_, 100000, &probe, PTL_SEARCH_ONLY, nullptr), PTL_ARG_INVALID);
     EXPECT_EQ(PtlLESearch(ni_, pt, nullptr, PTL_SEARCH_ONLY, nullptr), PTL_ARG_INVALID);
 }
+

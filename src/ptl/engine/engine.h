@@ -123,7 +123,7 @@ private:
     void run_triggers();
 
     // initiator side
-    int start_op(TrigKind kind, const DataOpArgs &a, bool from_trigger);
+    int start_op(TrigKind kind, const DataOpArgs &a);
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
                          ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
     void on_ack(Ni *ni, const proto::Header &h);
@@ -133,9 +133,12 @@ private:
 
     // target side
     void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
-    void respond(Ni *ni, const InMessage &m, const proto::Header &req, uint8_t op,
+    void count_malformed();
+    void respond(const InMessage &m, const proto::Header &req, uint8_t op,
                  ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset, ptl_list_t list,
                  const void *data, size_t data_len, uint8_t extra_flags);
+    void entry_event(Pt &pt, const Entry &e, ptl_event_kind_t type);
+    void consume_header(Ni *ni, Pt &pt, UnexpectedHeader *u);
     void maybe_auto_free(Ni *ni, Entry *e);
     void auto_unlink(Ni *ni, Pt &pt, Entry *e);
     void free_zombies(Ni *ni);

@@ -50,12 +50,12 @@ void Engine::initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, 
 
 int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     Lock lk(mu_);
-    const int rc = start_op(kind, a, false);
+    const int rc = start_op(kind, a);
     run_triggers();
     return rc;
 }
 
-int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
+int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     const uint8_t op = proto_op(kind);
     const bool two_mds = kind == TrigKind::FetchAtomic || kind == TrigKind::Swap;
     Md *put_md = kind == TrigKind::Get ? nullptr : md_of(a.md);
@@ -113,7 +113,7 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
     if (put_md && (put_md->desc.options & PTL_MD_UNORDERED)) h.flags |= proto::kUnordered;
 
     Wire *w = wire_for(peer);
-    const size_t max_inline = w ? w->max_inline(peer) - sizeof h - operand_len : 0;
+    const size_t payload_room = w ? w->max_inline(peer) - sizeof h : 0;  // operand included
     IovList iov;
     SmallVec<proto::Segment, 8> segs;
     if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
@@ -124,7 +124,7 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
             add_segments(get_md->region, get_off, a.length, segs);
         }
     } else {
-        const bool volatile_fits = (put_md->desc.options & PTL_MD_VOLATILE) && a.length <= max_inline;
+        const bool volatile_fits = (put_md->desc.options & PTL_MD_VOLATILE) && operand_len + a.length <= payload_room;
         rndv = kind == TrigKind::Put && a.length > cfg_.rndv_threshold && !volatile_fits && w &&
                w->has_bulk(peer);
         if (rndv) {
@@ -140,7 +140,7 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool) {
     const bool response_due = reply_due || rndv || ack_req != PTL_NO_ACK_REQ;
     size_t bytes = 0;
     for (auto &v : iov) bytes += v.iov_len;
-    const bool sent = w && bytes <= max_inline + operand_len && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
+    const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
     if (!sent) {
         // Undeliverable right away: complete locally with the failure (F1).
         if (put_md) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);

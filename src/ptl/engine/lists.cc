@@ -51,31 +51,27 @@ int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entr
 
 }  // namespace
 
+// LINK, AUTO_UNLINK and AUTO_FREE: only type, PT, user_ptr and ni_fail_type (C.5).
+void Engine::entry_event(Pt &pt, const Entry &e, ptl_event_kind_t type) {
+    if (!pt.eq || !entry_allows_full(e, type, true)) return;
+    ptl_event_t ev{};
+    ev.type = type;
+    ev.pt_index = e.pt;
+    ev.user_ptr = e.user_ptr;
+    ev.ni_fail_type = PTL_NI_OK;
+    post_event(pt.eq, ev);
+}
+
 void Engine::maybe_auto_free(Ni *n, Entry *e) {
     if (!e->auto_unlinked || e->uh_count || e->list != PTL_OVERFLOW_LIST) return;
     if (e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE) return;
-    Pt &pt = n->pts[e->pt];
-    if (pt.eq && entry_allows_full(*e, PTL_EVENT_AUTO_FREE, true)) {
-        ptl_event_t ev{};
-        ev.type = PTL_EVENT_AUTO_FREE;
-        ev.pt_index = e->pt;
-        ev.user_ptr = e->user_ptr;
-        ev.ni_fail_type = PTL_NI_OK;
-        post_event(pt.eq, ev);
-    }
+    entry_event(n->pts[e->pt], *e, PTL_EVENT_AUTO_FREE);
 }
 
 void Engine::auto_unlink(Ni *n, Pt &pt, Entry *e) {
     pt.lists[e->list].remove(e);
     e->auto_unlinked = true;
-    if (pt.eq && entry_allows_full(*e, PTL_EVENT_AUTO_UNLINK, true)) {
-        ptl_event_t ev{};
-        ev.type = PTL_EVENT_AUTO_UNLINK;
-        ev.pt_index = e->pt;
-        ev.user_ptr = e->user_ptr;
-        ev.ni_fail_type = PTL_NI_OK;
-        post_event(pt.eq, ev);
-    }
+    entry_event(pt, *e, PTL_EVENT_AUTO_UNLINK);
     maybe_auto_free(n, e);
     n->zombies.push_back(e);
 }
@@ -89,13 +85,13 @@ void Engine::free_zombies(Ni *n) {
     n->zombies.erase(keep, n->zombies.end());
 }
 
-// Delivers one unexpected header to the appending or searching entry `e` as `type`, and
-// removes the header when `consume`.
-static void claim_header(Ni *n, Pt &pt, UnexpectedHeader *u, bool consume) {
-    if (!consume) return;
+// Removes a claimed unexpected header; its overflow buffer may now be free (L11).
+void Engine::consume_header(Ni *n, Pt &pt, UnexpectedHeader *u) {
     pt.unexpected.remove(u);
     --n->unexpected;
     --u->entry->uh_count;
+    maybe_auto_free(n, u->entry);
+    delete u;
 }
 
 int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me,
@@ -136,9 +132,7 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
                 post_event(pt.eq, event_from_header(*u, type, pti, user_ptr, PTL_NI_OK));
             if (uint64_t amt = entry_count_amount(*en, type, true, u->mlength)) ct_add(en->ct, true, amt);
             const uint64_t rlength = u->rlength;
-            claim_header(n, pt, u, true);
-            maybe_auto_free(n, u->entry);
-            delete u;
+            consume_header(n, pt, u);
             if (o & PTL_ME_USE_ONCE) {
                 consumed_once = true;
                 return false;
@@ -156,26 +150,14 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
         if (consumed_once || unlinked) {
             // Not linked; still reports AUTO_UNLINK (L5, I-list 21: no LINK).
             en->auto_unlinked = true;
-            if (pt.eq && entry_allows_full(*en, PTL_EVENT_AUTO_UNLINK, true)) {
-                ptl_event_t ev{};
-                ev.type = PTL_EVENT_AUTO_UNLINK;
-                ev.pt_index = pti;
-                ev.user_ptr = user_ptr;
-                post_event(pt.eq, ev);
-            }
+            entry_event(pt, *en, PTL_EVENT_AUTO_UNLINK);
             n->zombies.push_back(en);
             run_triggers();
             return PTL_OK;
         }
     }
     pt.lists[list].add(en);
-    if (pt.eq && entry_allows_full(*en, PTL_EVENT_LINK, true)) {
-        ptl_event_t ev{};
-        ev.type = PTL_EVENT_LINK;
-        ev.pt_index = pti;
-        ev.user_ptr = user_ptr;
-        post_event(pt.eq, ev);
-    }
+    entry_event(pt, *en, PTL_EVENT_LINK);
     run_triggers();
     return PTL_OK;
 }
@@ -209,11 +191,7 @@ int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
         if (pt.eq && entry_allows_full(e, type, true))
             post_event(pt.eq, event_from_header(*u, type, pti, user_ptr, PTL_NI_OK));
         ct_add(e.ct, true, 1);  // S7: one per match
-        if (op == PTL_SEARCH_DELETE) {
-            claim_header(n, pt, u, true);
-            maybe_auto_free(n, u->entry);
-            delete u;
-        }
+        if (op == PTL_SEARCH_DELETE) consume_header(n, pt, u);
         return !once;
     });
     if (!(once && found)) {

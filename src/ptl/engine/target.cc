@@ -61,31 +61,32 @@ IovList remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
 
 }  // namespace
 
+// Counted on the first NI: a header that does not parse names no NI reliably.
+void Engine::count_malformed() {
+    for (Ni *n : nis_)
+        if (n) {
+            n->count(PTL_SR_MALFORMED_MESSAGES);
+            return;
+        }
+}
+
 void Engine::handle_message(const InMessage &m) {
     proto::Header h;
     if (m.header_len != sizeof h) {
-        for (Ni *n : nis_)
-            if (n) {
-                n->count(PTL_SR_MALFORMED_MESSAGES);
-                break;
-            }
+        count_malformed();
         return;
     }
     std::memcpy(&h, m.header, sizeof h);
     Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr;
     if (h.op == 0 || h.op > proto::kOpLast || h.ni_index >= 4 || h.operand_len > 32 ||
         h.operand_len > m.payload_len) {
-        for (Ni *x : nis_)
-            if (x) {
-                x->count(PTL_SR_MALFORMED_MESSAGES);
-                break;
-            }
+        count_malformed();
         return;
     }
     if (!n) {
         // No such logical NI here: the message is dropped (§4.2.2); tell the initiator so
         // its operation completes.
-        if (is_request(h.op)) respond(nullptr, m, h, wants_reply(h.op) ? proto::kReply : proto::kAck,
+        if (is_request(h.op)) respond(m, h, wants_reply(h.op) ? proto::kReply : proto::kAck,
                                       PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, 0);
         return;
     }
@@ -96,7 +97,7 @@ void Engine::handle_message(const InMessage &m) {
     }
 }
 
-void Engine::respond(Ni *, const InMessage &m, const proto::Header &req, uint8_t op,
+void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op,
                      ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset, ptl_list_t list,
                      const void *data, size_t data_len, uint8_t extra_flags) {
     proto::Header r{};
@@ -125,7 +126,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     // rendezvous put whose SEND waits until we pulled the data.
     auto refuse = [&](ptl_ni_fail_t fail) {
         if (reply || ack_wanted || rndv)
-            respond(n, m, h, resp_op, fail, 0, h.remote_offset, 0, nullptr, 0,
+            respond(m, h, resp_op, fail, 0, h.remote_offset, 0, nullptr, 0,
                     ack_wanted || reply ? 0 : proto::kSendOnly);
     };
     // Silent drops (no match, unexpected list full, no flow control) send nothing unless an
@@ -135,7 +136,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         if (cfg_.notify_drops || h.ack_req == PTL_OC_ACK_REQ)
             refuse(PTL_NI_DROPPED);
         else if (rndv && !ack_wanted)
-            respond(n, m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);
+            respond(m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);
     };
 
     if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
@@ -336,9 +337,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         auto_unlink(n, pt, e);
 
     if (reply) {
-        respond(n, m, h, proto::kReply, fail, mlength, offset, list, out.data(), out.size(), reply_flags);
+        respond(m, h, proto::kReply, fail, mlength, offset, list, out.data(), out.size(), reply_flags);
     } else if (ack_wanted || rndv) {
-        respond(n, m, h, proto::kAck, fail, mlength, offset, list, nullptr, 0,
+        respond(m, h, proto::kAck, fail, mlength, offset, list, nullptr, 0,
                 ack_wanted ? 0 : proto::kSendOnly);
     }
 }

@@ -58,7 +58,7 @@ void Engine::run_triggers() {
                     }
                     break;
                 default:
-                    start_op(op.kind, op.args, true);
+                    start_op(op.kind, op.args);
                     break;
             }
             // The CT we are draining may have been re-queued by its own chain; keep going.
