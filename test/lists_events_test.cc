@@ -515,3 +515,16 @@ TEST_F(NonMatching, F21_LESearchOnlyAndDelete) {
     EXPECT_EQ(PtlLESearch(ni_, pt, nullptr, PTL_SEARCH_ONLY, nullptr), PTL_ARG_INVALID);
 }
 
+TEST_F(Lists, X3_SilentlyDroppedRendezvousPutStillCompletesItsSend) {
+    // Above PTL_RNDV_THRESH the data stays in our buffer until the target pulls it; when the
+    // target drops the put (no match, no flow control) the SEND must still arrive, without
+    // an ACK, and the MD must become releasable.
+    std::vector<char> big(1 << 20, 'x');
+    ptl_handle_md_t md = bind(big.data(), big.size());
+    ASSERT_EQ(PtlPut(md, 0, big.size(), PTL_ACK_REQ, self_, pt_, 99, 0, nullptr, 0), PTL_OK);
+    ptl_event_t ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_SEND);
+    sync_point();
+    EXPECT_TRUE(eq_empty(md_eq_));  // spec-literal: no ACK for a silent drop
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}

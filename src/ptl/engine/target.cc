@@ -135,7 +135,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         n->count(PTL_SR_DROP_COUNT);
         if (cfg_.notify_drops || h.ack_req == PTL_OC_ACK_REQ)
             refuse(PTL_NI_DROPPED);
-        else if (rndv && !ack_wanted)
+        else if (rndv)  // no ACK (silent), but the initiator's SEND still has to complete
             respond(m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);
     };
 
