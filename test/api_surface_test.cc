@@ -223,7 +223,7 @@ TEST_F(NiTest, BadInput_OutOfRangeAndHugeLengths) {
     ptl_handle_me_t h;
     EXPECT_EQ(PtlMEAppend(ni_, 100000, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_ARG_INVALID);
     EXPECT_EQ(PtlMEAppend(ni_, pt, &me, 7, nullptr, &h), PTL_ARG_INVALID);
-    ptl_le_t le{};
+    const ptl_le_t le = le_desc(buf, 16, PTL_LE_OP_PUT);  // valid except for the NI kind
     EXPECT_EQ(PtlLEAppend(ni_, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_ARG_INVALID);  // LE on a matching NI
     me.options = 1u << 29;
     EXPECT_EQ(PtlMEAppend(ni_, pt, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_ARG_INVALID);

@@ -54,6 +54,16 @@ inline ptl_me_t me_desc(void *start, ptl_size_t len, unsigned options, ptl_match
     return me;
 }
 
+inline ptl_le_t le_desc(void *start, ptl_size_t len, unsigned options, ptl_handle_ct_t ct = PTL_CT_NONE) {
+    ptl_le_t le{};
+    le.start = start;
+    le.length = len;
+    le.ct_handle = ct;
+    le.uid = PTL_UID_ANY;
+    le.options = options;
+    return le;
+}
+
 // One process, one matching physical NI, talking to itself through the loopback path.
 class LoopbackTest : public ::testing::Test {
 protected:
@@ -125,10 +135,7 @@ inline void LoopbackTest::sync_point() {
         if (matching_) {
             ASSERT_EQ(PtlMEAppend(ni_, sync_pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
         } else {
-            ptl_le_t le{};
-            le.ct_handle = sync_ct_;
-            le.uid = PTL_UID_ANY;
-            le.options = PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM;
+            const ptl_le_t le = le_desc(nullptr, 0, PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM, sync_ct_);
             ASSERT_EQ(PtlLEAppend(ni_, sync_pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
         }
         const ptl_md_t md = md_desc(&sync_byte_, 1);
