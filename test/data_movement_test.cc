@@ -443,3 +443,19 @@ TEST_F(Data, F45_F46_F47_F48_TriggeredGetAtomicFetchSwapFireOnThreshold) {
     EXPECT_EQ(swapped, 400);  // operand matched: swapped in
     EXPECT_EQ(target[3], 77);
 }
+
+TEST_F(Data, TR9_TriggeredCallsRefuseAtPostTimeWhatCouldNeverFire) {
+    int64_t buf[2] = {};
+    ptl_handle_md_t md = bind(buf, sizeof buf);
+    ptl_handle_ct_t trig;
+    ASSERT_EQ(PtlCTAlloc(ni_, &trig), PTL_OK);
+    // Same argument rules as the immediate calls (B9, A1/A2, table 3-4).
+    EXPECT_EQ(PtlTriggeredPut(md, 8, 16, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0, trig, 1), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlTriggeredAtomic(md, 0, 8, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0, PTL_BOR, PTL_DOUBLE, trig, 1),
+              PTL_ARG_INVALID);
+    EXPECT_EQ(PtlTriggeredAtomic(md, 0, 6, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0, PTL_SUM, PTL_INT64_T, trig, 1),
+              PTL_ARG_INVALID);
+    EXPECT_EQ(PtlTriggeredFetchAtomic(md, 0, md, 8, 8, self_, pt_, 0, 0, nullptr, 0, PTL_CSWAP, PTL_INT64_T, trig, 1),
+              PTL_ARG_INVALID);
+    EXPECT_EQ(PtlTriggeredGet(md, 0, 8, self_, 100000, 0, 0, nullptr, trig, 1), PTL_ARG_INVALID);
+}

@@ -123,6 +123,16 @@ private:
     void run_triggers();
 
     // initiator side
+    struct CheckedOp {
+        Md *put_md = nullptr;
+        Md *get_md = nullptr;
+        Ni *ni = nullptr;
+        ptl_size_t put_off = 0, get_off = 0;
+        ptl_ack_req_t ack_req = PTL_NO_ACK_REQ;
+        size_t operand_len = 0;
+        PeerId peer{};
+    };
+    int check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
     int start_op(TrigKind kind, const DataOpArgs &a);
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
                          ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);

@@ -55,30 +55,31 @@ int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     return rc;
 }
 
-int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
-    const uint8_t op = proto_op(kind);
+// The argument rules of §3.15 (B9, D8, D10, A1, A2, LA1), shared by the immediate calls
+// and by PtlTriggered*, which must refuse at post time what could never fire.
+int Engine::check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
     const bool two_mds = kind == TrigKind::FetchAtomic || kind == TrigKind::Swap;
-    Md *put_md = kind == TrigKind::Get ? nullptr : md_of(a.md);
-    Md *get_md = kind == TrigKind::Get ? md_of(a.md) : two_mds ? md_of(a.get_md) : nullptr;
+    Md *put_md = c.put_md = kind == TrigKind::Get ? nullptr : md_of(a.md);
+    Md *get_md = c.get_md = kind == TrigKind::Get ? md_of(a.md) : two_mds ? md_of(a.get_md) : nullptr;
     if (kind != TrigKind::Get && !put_md) return PTL_ARG_INVALID;
     if ((kind == TrigKind::Get || two_mds) && !get_md) return PTL_ARG_INVALID;
     if (two_mds && put_md->ni != get_md->ni) return PTL_ARG_INVALID;  // D10
-    Ni *n = put_md ? put_md->ni : get_md->ni;
+    Ni *n = c.ni = put_md ? put_md->ni : get_md->ni;
     if (n->logical() && !n->map_set) return PTL_ARG_INVALID;
     if (a.pt_index >= n->pts.size()) return PTL_ARG_INVALID;
     if (a.length > n->limits.max_msg_size) return PTL_ARG_INVALID;
-    const ptl_size_t put_off = kind == TrigKind::Get ? 0 : a.local_offset;
-    const ptl_size_t get_off = kind == TrigKind::Get ? a.local_offset : a.local_get_offset;
+    const ptl_size_t put_off = c.put_off = kind == TrigKind::Get ? 0 : a.local_offset;
+    const ptl_size_t get_off = c.get_off = kind == TrigKind::Get ? a.local_offset : a.local_get_offset;
     if (put_md && (put_off > put_md->region.length || a.length > put_md->region.length - put_off))
         return PTL_ARG_INVALID;  // B9
     if (get_md && (get_off > get_md->region.length || a.length > get_md->region.length - get_off))
         return PTL_ARG_INVALID;
-    ptl_ack_req_t ack_req = (kind == TrigKind::Put || kind == TrigKind::Atomic) ? a.ack_req : PTL_NO_ACK_REQ;
+    const ptl_ack_req_t ack_req = c.ack_req = (kind == TrigKind::Put || kind == TrigKind::Atomic) ? a.ack_req : PTL_NO_ACK_REQ;
     if (ack_req > PTL_OC_ACK_REQ) return PTL_ARG_INVALID;
     if (put_md && (put_md->desc.options & PTL_MD_UNRELIABLE) &&
         (kind != TrigKind::Put || ack_req != PTL_NO_ACK_REQ))
         return PTL_ARG_INVALID;  // D8
-    size_t operand_len = 0;
+    c.operand_len = 0;
     if (kind == TrigKind::Atomic || two_mds) {
         const atomics::Call call = kind == TrigKind::Atomic   ? atomics::Call::Atomic
                                    : kind == TrigKind::Swap ? atomics::Call::Swap
@@ -89,11 +90,23 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
         if (a.length > limit || a.length % dts) return PTL_ARG_INVALID;  // A1, A2
         if (kind == TrigKind::Swap && a.op != PTL_SWAP) {
             if (a.length != dts) return PTL_ARG_INVALID;
-            operand_len = dts;
+            c.operand_len = dts;
         }
     }
-    PeerId peer;
-    if (!n->resolve(a.target, &peer)) return PTL_ARG_INVALID;
+    if (!n->resolve(a.target, &c.peer)) return PTL_ARG_INVALID;
+    return PTL_OK;
+}
+
+int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
+    CheckedOp c;
+    if (int rc = check_op(kind, a, c); rc != PTL_OK) return rc;
+    const uint8_t op = proto_op(kind);
+    Md *put_md = c.put_md, *get_md = c.get_md;
+    Ni *n = c.ni;
+    const ptl_size_t put_off = c.put_off, get_off = c.get_off;
+    const ptl_ack_req_t ack_req = c.ack_req;
+    const size_t operand_len = c.operand_len;
+    const PeerId peer = c.peer;
 
     proto::Header h{};
     h.op = op;

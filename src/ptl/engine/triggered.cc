@@ -20,10 +20,8 @@ int Engine::triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t thre
             break;
         }
         default: {
-            Md *m = md_of(op.args.md);
-            if (!m) return PTL_ARG_INVALID;
-            if ((op.kind == TrigKind::FetchAtomic || op.kind == TrigKind::Swap) && !md_of(op.args.get_md))
-                return PTL_ARG_INVALID;
+            CheckedOp c;
+            if (int rc = check_op(op.kind, op.args, c); rc != PTL_OK) return rc;
             break;
         }
     }
