@@ -647,6 +647,11 @@ void Engine::ct_changed(Ct *ct) {
 void Engine::post_event(Eq *eq, const ptl_event_t &ev) {
     if (!eq) return;
     eq->push(ev);
+    if (eq->notify_fd >= 0) {
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = ::write(eq->notify_fd, &one, sizeof(one));
+        eq->notify_fd = -1;
+    }
     notify_waiters();
 }
 
@@ -679,6 +684,26 @@ int Engine::end_bundle(ptl_handle_ni_t h) {
 int Engine::progress() {
     Lock lk(mu_);
     return progress_locked();
+}
+
+int Engine::app_progress() {
+    last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
+    Lock lk(mu_);
+    return progress_locked();
+}
+
+int Engine::eq_arm(ptl_handle_eq_t h, int fd) {
+    Lock lk(mu_);
+    Eq *e = eq_of(h);
+    if (!e || fd < 0) return PTL_ARG_INVALID;
+    if (!progress_thread_) return PTL_FAIL;  // nobody would deliver while the caller sleeps
+    progress_locked();
+    if (e->count) return PTL_IN_USE;
+    e->notify_fd = fd;
+    // The caller is about to sleep: the progress thread must deliver from now on.
+    last_poll_ns_.store(0, std::memory_order_relaxed);
+    progress_thread_->poke();
+    return PTL_OK;
 }
 
 int Engine::progress_locked() {

@@ -94,6 +94,12 @@ public:
     // Drives the wires: delivers incoming messages and retries queued sends. Returns work.
     int progress();
 
+    // portals-ucx extensions (portals4_ext.h). app_progress() is progress() for a caller
+    // that polls in a loop: the progress thread stays out of its way meanwhile. eq_arm()
+    // makes the next event posted to an empty EQ write to `fd` (an eventfd), once.
+    int app_progress();
+    int eq_arm(ptl_handle_eq_t, int fd);
+
     const Config &config() const { return cfg_; }
 
     // Hooks for the wires and the progress thread.

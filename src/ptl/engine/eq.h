@@ -22,6 +22,7 @@ struct Eq {
     uint32_t reserved = 0;   // slots held back for PT_DISABLED, one per flow-controlled PT
     uint32_t waiters = 0;    // threads blocked in PtlEQWait/PtlEQPoll on this EQ
     uint32_t refs = 0;       // blocked callers still inside (PtlEQFree waits for them)
+    int notify_fd = -1;      // one-shot wake-up armed by PtlXEQArm (portals4_ext.h)
 
     explicit Eq(uint64_t capacity) : ring(capacity) {}
 

@@ -1,0 +1,28 @@
+/* portals-ucx extensions to Portals 4.3. Not part of the specification: a client that uses
+ * them runs only on portals-ucx. The UCT component uses them to drive the engine from
+ * uct_iface_progress() and to sleep on a file descriptor (uct_iface_event_arm). */
+#ifndef PORTALS4_EXT_H
+#define PORTALS4_EXT_H
+
+#include <portals4.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs the engine once from an application poll loop: delivers incoming messages, retries
+ * queued sends, fires triggered operations. Returns the number of messages handled (>= 0),
+ * or PTL_NO_INIT. While an application keeps calling it, the progress thread stays idle. */
+int PtlXProgress(void);
+
+/* Arms a one-shot wake-up: the next event posted to `eq` writes an 8-byte 1 to `fd` (an
+ * eventfd or a pipe). Returns PTL_OK when armed, PTL_IN_USE when events are already waiting
+ * (not armed: read them first), PTL_FAIL with PTL_PROGRESS=manual (no thread would deliver
+ * while the caller sleeps), PTL_ARG_INVALID for a bad handle or fd. */
+int PtlXEQArm(ptl_handle_eq_t eq, int fd);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

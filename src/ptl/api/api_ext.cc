@@ -1,0 +1,15 @@
+// portals4_ext.h: the engine entry points the UCT component needs beyond Portals 4.3.
+#include <portals4_ext.h>
+
+#include "api_guard.h"
+
+using ptl::engine;
+
+PTL_API int PtlXProgress(void) {
+    REQUIRE_INIT();
+    return engine().app_progress();
+}
+PTL_API int PtlXEQArm(ptl_handle_eq_t eq, int fd) {
+    REQUIRE_INIT();
+    return engine().eq_arm(eq, fd);
+}

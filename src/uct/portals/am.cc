@@ -1,0 +1,106 @@
+// Active messages: each is copied into a send buffer and put to the peer's AM portal with the
+// AM id in the match bits. The buffer stays until the target acknowledges the message in full
+// or, if it met the catch-all, fetches it (see iface_impl.h).
+#include "iface_impl.h"
+
+extern "C" {
+#include <uct/base/uct_iov.inl>
+}
+
+#include <cstring>
+
+using namespace uct_portals;
+
+ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
+                                      uint64_t hdr_data, int tx_desc, size_t length,
+                                      uct_completion_t *comp) {
+    Iface *f = ep->iface;
+    Op *op = f->get_op(ep, OpType::Send, comp);
+    if (!op) {
+        f->tx_free.push_back(tx_desc);
+        return UCS_ERR_NO_RESOURCE;
+    }
+    op->tx_desc = tx_desc;
+    op->length = length;
+    f->tx_owner[size_t(tx_desc)] = op;
+    const MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
+    const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length, PTL_ACK_REQ,
+                          ep->peer, pt, bits, encode_msg(m), op, hdr_data);
+    if (rc != PTL_OK) {
+        f->put_op(op);
+        return status_of(rc);
+    }
+    return UCS_OK;
+}
+
+// Copies header + iov into a send buffer; returns the length, or < 0 for no buffer.
+ssize_t uct_portals::gather(Iface *f, int *desc, const void *header, size_t header_length,
+                            const uct_iov_t *iov, size_t iovcnt) {
+    *desc = f->get_tx_desc();
+    if (*desc < 0) return UCS_ERR_NO_RESOURCE;
+    char *p = f->tx_desc_addr(*desc);
+    if (header_length) std::memcpy(p, header, header_length);
+    ucs_iov_iter_t it;
+    ucs_iov_iter_init(&it);
+    const size_t n = uct_iov_to_buffer(iov, iovcnt, &it, p + header_length, f->seg_size - header_length);
+    return ssize_t(header_length + n);
+}
+
+extern "C" ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
+                                                const void *payload, unsigned length) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_LENGTH(length + sizeof(header), 0, f->seg_size, "am_short");
+    const int d = f->get_tx_desc();
+    if (d < 0) return UCS_ERR_NO_RESOURCE;
+    char *p = f->tx_desc_addr(d);
+    std::memcpy(p, &header, sizeof header);
+    std::memcpy(p + sizeof header, payload, length);
+    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, sizeof header + length, nullptr);
+}
+
+extern "C" ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
+                                                    size_t iovcnt) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "am_short_iov");
+    int d;
+    const ssize_t len = gather(f, &d, nullptr, 0, iov, iovcnt);
+    if (len < 0) return ucs_status_t(len);
+    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), nullptr);
+}
+
+extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb, void *arg,
+                                           unsigned) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_AM_ID(id);
+    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    const int d = f->get_tx_desc();
+    const size_t length = pack_cb(f->tx_desc_addr(d), arg);
+    if (length > f->seg_size) {
+        f->tx_free.push_back(d);
+        ucs_error("portals: am_bcopy packed %zu bytes, more than seg_size %zu", length, f->seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, length, nullptr);
+    return s == UCS_OK ? ssize_t(length) : ssize_t(s);
+}
+
+extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
+                                                unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
+                                                unsigned, uct_completion_t *comp) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_AM_ID(id);
+    UCT_CHECK_PARAM(iovcnt <= kMaxIov, "am_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
+    UCT_CHECK_LENGTH(header_length + uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "am_zcopy");
+    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    int d;
+    const ssize_t len = gather(f, &d, header, header_length, iov, iovcnt);
+    if (len < 0) return ucs_status_t(len);
+    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), comp);
+    return s == UCS_OK ? UCS_INPROGRESS : s;
+}

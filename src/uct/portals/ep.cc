@@ -1,0 +1,79 @@
+// Endpoints: connected to a peer iface by its (nid, pid) and portal indexes; flush waits
+// for the ep's operations issued before it; pending requests run when operations complete.
+#include "iface_impl.h"
+
+#include <new>
+
+using namespace uct_portals;
+
+extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_params_t *params) {
+    const uint64_t need = UCT_EP_PARAM_FIELD_DEV_ADDR | UCT_EP_PARAM_FIELD_IFACE_ADDR;
+    if ((params->field_mask & need) != need) {
+        ucs_error("portals: an endpoint needs the peer's device and iface addresses");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    auto *ep = new (std::nothrow) uct_portals_ep_impl();
+    if (!ep) return UCS_ERR_NO_MEMORY;
+    const auto *dev = reinterpret_cast<const uct_portals_device_addr_t *>(params->dev_addr);
+    const auto *ia = reinterpret_cast<const uct_portals_iface_addr_t *>(params->iface_addr);
+    ep->uct = uct;
+    ep->iface = iface_of(params->iface);
+    ep->peer.phys.nid = dev->nid;
+    ep->peer.phys.pid = ia->pid;
+    ep->am_pt = ia->am_pt;
+    ep->tag_pt = ia->tag_pt;
+    ep->ctl_pt = ia->ctl_pt;
+    ucs_queue_head_init(&ep->pending);
+    uct->impl = ep;
+    return UCS_OK;
+}
+
+extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
+    Ep *ep = uct->impl;
+    Iface *f = ep->iface;
+    // Operations still in flight complete without their ep.
+    for (Op &op : f->ops)
+        if (op.ep == ep) op.ep = nullptr;
+    if (ep->in_pending_list) std::erase(f->pending_eps, ep);
+    delete static_cast<uct_portals_ep_impl *>(ep);
+}
+
+extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t *comp) {
+    Ep *ep = ep_of(tl_ep);
+    if (!ucs_queue_is_empty(&ep->pending)) return UCS_ERR_NO_RESOURCE;
+    if (ep->in_flight.empty()) return UCS_OK;
+    if (flags & UCT_FLUSH_FLAG_CANCEL) {
+        // Operations already handed to the engine cannot be recalled; they complete.
+    }
+    ep->iface->progress();
+    if (ep->in_flight.empty()) return UCS_OK;
+    if (comp) ep->flushes.emplace_back(ep->next_seq, comp);
+    return UCS_INPROGRESS;
+}
+
+extern "C" ucs_status_t uct_portals_ep_fence(uct_ep_h, unsigned) { return UCS_OK; }
+
+extern "C" ucs_status_t uct_portals_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req, unsigned) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    if (f->has_tx_resources()) return UCS_ERR_BUSY;
+    ucs_queue_push(&ep->pending, reinterpret_cast<ucs_queue_elem_t *>(req->priv));
+    if (!ep->in_pending_list) {
+        f->pending_eps.push_back(ep);
+        ep->in_pending_list = true;
+    }
+    return UCS_OK;
+}
+
+extern "C" void uct_portals_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t cb, void *arg) {
+    Ep *ep = ep_of(tl_ep);
+    while (!ucs_queue_is_empty(&ep->pending)) {
+        ucs_queue_elem_t *elem = ucs_queue_pull(&ep->pending);
+        uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
+        if (cb) cb(req, arg);
+    }
+    if (ep->in_pending_list) {
+        std::erase(ep->iface->pending_eps, ep);
+        ep->in_pending_list = false;
+    }
+}

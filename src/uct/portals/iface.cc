@@ -1,0 +1,376 @@
+// The iface: Portals objects, capabilities, addresses, wake-up, flush and the operation pool.
+// Progress and event delivery are in progress.cc.
+#include "iface_impl.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+using namespace uct_portals;
+
+namespace {
+
+ptl_md_t whole_memory_md(ptl_handle_eq_t eq, unsigned options) {
+    ptl_md_t md{};
+    md.start = nullptr;
+    md.length = PTL_SIZE_MAX;
+    md.options = options | PTL_MD_EVENT_SEND_DISABLE;
+    md.eq_handle = eq;
+    md.ct_handle = PTL_CT_NONE;
+    return md;
+}
+
+int append_tx_pool_me(Iface &f) {
+    ptl_me_t me{};
+    me.start = f.tx_buf;
+    me.length = f.tx_stride * f.tx_free.size();
+    me.ct_handle = PTL_CT_NONE;
+    me.uid = PTL_UID_ANY;
+    me.options = PTL_ME_OP_GET | PTL_ME_IS_ACCESSIBLE | PTL_ME_EVENT_LINK_DISABLE |
+                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE;
+    me.match_id.phys.nid = PTL_NID_ANY;
+    me.match_id.phys.pid = PTL_PID_ANY;
+    me.match_bits = kTxPoolBits;
+    me.ignore_bits = 0;
+    return PtlMEAppend(f.ni, f.ctl_pt, &me, PTL_PRIORITY_LIST, nullptr, &f.tx_pool_me);
+}
+
+void release_objects(Iface &f) {
+    f.am_rx.cleanup();
+    f.tag_rx.cleanup();
+    if (f.tx_pool_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.tx_pool_me);
+    for (ptl_pt_index_t *pt : {&f.am_pt, &f.tag_pt, &f.ctl_pt}) {
+        if (*pt != PTL_PT_ANY) PtlPTFree(f.ni, *pt);
+        *pt = PTL_PT_ANY;
+    }
+    if (f.md != PTL_INVALID_HANDLE) PtlMDRelease(f.md);
+    if (f.md_volatile != PTL_INVALID_HANDLE) PtlMDRelease(f.md_volatile);
+    if (f.eq != PTL_INVALID_HANDLE) PtlEQFree(f.eq);
+    if (f.event_fd >= 0) close(f.event_fd);
+    std::free(f.tx_buf);
+}
+
+}  // namespace
+
+extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_h tl_md,
+                                               const uct_iface_params_t *params,
+                                               const uct_portals_iface_config_t *cfg) {
+    const uct_portals_md_t *pmd = ucs_derived_of(tl_md, uct_portals_md_t);
+    auto *f = new (std::nothrow) uct_portals_iface_impl();
+    if (!f) return UCS_ERR_NO_MEMORY;
+    uct->impl = f;
+    f->uct = uct;
+    f->ni = pmd->ni;
+    f->seg_size = std::max<size_t>(cfg->seg_size, 64);
+    f->rndv_max_hdr = cfg->rndv_max_hdr;
+    f->tm_list_size = cfg->tm_list_size;
+    f->latency = cfg->latency_ns;
+    f->bandwidth = cfg->bandwidth_mbs;
+    f->rx_headroom = (params->field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params->rx_headroom : 0;
+    if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) f->eager_cb = params->eager_cb;
+    if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG) f->eager_arg = params->eager_arg;
+    if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB) f->rndv_cb = params->rndv_cb;
+    if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_ARG) f->rndv_arg = params->rndv_arg;
+
+    const unsigned tx_queue_len = std::max(cfg->tx_queue_len, 1u);
+    const unsigned tx_descs = std::max(cfg->tx_descs, 1u);
+    const unsigned rx_descs = std::max(cfg->rx_descs, 1u);
+    // Every event has a bounded source: a descriptor, a posted receive, an operation in
+    // flight (one ACK or REPLY, one GET of its source) or a message fetched from its sender.
+    const ptl_size_t eq_size = 2 * ptl_size_t(rx_descs) + 2 * tx_queue_len + f->tm_list_size + 4096;
+
+    int rc = PtlGetPhysId(f->ni, &f->self);
+    ptl_ni_limits_t lim{};
+    if (rc == PTL_OK) {
+        ptl_handle_ni_t again;
+        // A second reference returns the NI's limits (§3.6.2); dropped again below.
+        rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, &lim, &again);
+        if (rc == PTL_OK) PtlNIFini(again);
+        f->max_volatile = lim.max_volatile_size;
+    }
+    if (rc == PTL_OK) rc = PtlEQAlloc(f->ni, eq_size, &f->eq);
+    if (rc == PTL_OK) {
+        ptl_md_t d = whole_memory_md(f->eq, 0);
+        rc = PtlMDBind(f->ni, &d, &f->md);
+    }
+    if (rc == PTL_OK) {
+        ptl_md_t d = whole_memory_md(f->eq, PTL_MD_VOLATILE);
+        rc = PtlMDBind(f->ni, &d, &f->md_volatile);
+    }
+    for (ptl_pt_index_t *pt : {&f->am_pt, &f->tag_pt, &f->ctl_pt})
+        if (rc == PTL_OK) rc = PtlPTAlloc(f->ni, 0, f->eq, PTL_PT_ANY, pt);
+    if (rc == PTL_OK) rc = f->am_rx.init(f->ni, f->am_pt, rx_descs, f->seg_size, f->rx_headroom, "active message");
+    if (rc == PTL_OK) rc = f->tag_rx.init(f->ni, f->tag_pt, rx_descs, f->seg_size, f->rx_headroom, "tagged");
+    if (rc == PTL_OK) {
+        f->tx_stride = (f->seg_size + 63) & ~size_t(63);
+        if (posix_memalign(reinterpret_cast<void **>(&f->tx_buf), 64, f->tx_stride * tx_descs)) {
+            f->tx_buf = nullptr;
+            rc = PTL_NO_SPACE;
+        }
+    }
+    if (rc == PTL_OK) {
+        for (unsigned i = tx_descs; i-- > 0;) f->tx_free.push_back(int(i));
+        f->tx_owner.assign(tx_descs, nullptr);
+        rc = append_tx_pool_me(*f);
+    }
+    if (rc == PTL_OK) {
+        f->ops.resize(tx_queue_len);
+        for (unsigned i = 0; i < tx_queue_len; ++i) f->ops[i].next_free = i + 1 < tx_queue_len ? &f->ops[i + 1] : nullptr;
+        f->free_ops = &f->ops[0];
+        f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (f->event_fd < 0) rc = PTL_FAIL;
+    }
+    if (rc != PTL_OK) {
+        ucs_error("portals: opening an interface failed (Portals error %d); portal table has "
+                  "room for about 60 interfaces per process", rc);
+        release_objects(*f);
+        delete f;
+        uct->impl = nullptr;
+        return status_of(rc);
+    }
+    ucs_debug("portals: iface %p nid 0x%x pid %u portals am %u tag %u ctl %u", uct,
+              f->self.phys.nid, f->self.phys.pid, f->am_pt, f->tag_pt, f->ctl_pt);
+    return UCS_OK;
+}
+
+extern "C" void uct_portals_iface_cleanup(uct_portals_iface_t *uct) {
+    auto *f = static_cast<uct_portals_iface_impl *>(uct->impl);
+    if (!f) return;
+    for (RxEvent &r : f->rx_fifo) RxPool::release_buf(r.buf);
+    release_objects(*f);
+    ucs_debug("portals: iface %p closed: %lu expected and %lu unexpected tagged messages, "
+              "%lu fetched after truncation", uct, (unsigned long)f->tag_expected,
+              (unsigned long)f->tag_unexpected, (unsigned long)f->truncated_fetches);
+    delete f;
+}
+
+extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_attr_t *attr) {
+    Iface *f = iface_of(tl_iface);
+    uct_base_iface_query(&f->uct->super, attr);
+    const size_t seg = f->seg_size;
+    const size_t put_short = std::min<size_t>(seg, f->max_volatile);
+    attr->iface_addr_len = sizeof(uct_portals_iface_addr_t);
+    attr->device_addr_len = sizeof(uct_portals_device_addr_t);
+    attr->ep_addr_len = 0;
+    attr->max_conn_priv = 0;
+    attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT |
+                      UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
+                      UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_PUT_ZCOPY |
+                      UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
+                      UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
+                      UCT_IFACE_FLAG_TAG_EAGER_SHORT | UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
+                      UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY;
+    attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV |
+                            UCT_IFACE_FLAG_EVENT_FD;
+
+    attr->cap.put.max_short = put_short;
+    attr->cap.put.max_bcopy = put_short;
+    attr->cap.put.min_zcopy = 0;
+    attr->cap.put.max_zcopy = SIZE_MAX >> 24;
+    attr->cap.put.opt_zcopy_align = 1;
+    attr->cap.put.align_mtu = 1;
+    attr->cap.put.max_iov = 1;
+
+    attr->cap.get.max_short = 0;
+    attr->cap.get.max_bcopy = seg;
+    attr->cap.get.min_zcopy = 0;
+    attr->cap.get.max_zcopy = SIZE_MAX >> 24;
+    attr->cap.get.opt_zcopy_align = 1;
+    attr->cap.get.align_mtu = 1;
+    attr->cap.get.max_iov = 1;
+
+    attr->cap.am.max_short = seg;
+    attr->cap.am.max_bcopy = seg;
+    attr->cap.am.min_zcopy = 0;
+    attr->cap.am.max_zcopy = seg;
+    attr->cap.am.opt_zcopy_align = 1;
+    attr->cap.am.align_mtu = 1;
+    attr->cap.am.max_hdr = std::min<size_t>(128, seg / 2);
+    attr->cap.am.max_iov = kMaxIov;
+
+    attr->cap.tag.recv.min_recv = 0;
+    attr->cap.tag.recv.max_zcopy = SIZE_MAX >> 24;
+    attr->cap.tag.recv.max_iov = 1;
+    attr->cap.tag.recv.max_outstanding = f->tm_list_size;
+    attr->cap.tag.eager.max_short = seg;
+    attr->cap.tag.eager.max_bcopy = seg;
+    attr->cap.tag.eager.max_zcopy = seg;
+    attr->cap.tag.eager.max_iov = kMaxIov;
+    attr->cap.tag.rndv.max_zcopy = SIZE_MAX >> 24;
+    attr->cap.tag.rndv.max_hdr = std::min(f->rndv_max_hdr, seg - sizeof(RndvInfo));
+    attr->cap.tag.rndv.max_iov = 1;
+
+    const uint64_t ops = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) |
+                         UCS_BIT(UCT_ATOMIC_OP_OR) | UCS_BIT(UCT_ATOMIC_OP_XOR);
+    attr->cap.atomic32.op_flags = attr->cap.atomic64.op_flags = ops;
+    attr->cap.atomic32.fop_flags = attr->cap.atomic64.fop_flags =
+            ops | UCS_BIT(UCT_ATOMIC_OP_SWAP) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+
+    attr->latency = ucs_linear_func_make(f->latency, 0);
+    attr->bandwidth.dedicated = 0;
+    attr->bandwidth.shared = f->bandwidth;
+    attr->overhead = 40e-9;
+    attr->priority = 0;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_portals_iface_get_device_address(uct_iface_h tl_iface, uct_device_addr_t *addr) {
+    auto *a = reinterpret_cast<uct_portals_device_addr_t *>(addr);
+    a->nid = iface_of(tl_iface)->self.phys.nid;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_portals_iface_get_address(uct_iface_h tl_iface, uct_iface_addr_t *addr) {
+    const Iface *f = iface_of(tl_iface);
+    auto *a = reinterpret_cast<uct_portals_iface_addr_t *>(addr);
+    a->pid = f->self.phys.pid;
+    a->am_pt = uint8_t(f->am_pt);
+    a->tag_pt = uint8_t(f->tag_pt);
+    a->ctl_pt = uint8_t(f->ctl_pt);
+    a->reserved = 0;
+    return UCS_OK;
+}
+
+// The engine's wires reach processes on this node (shm, loopback); the tcp wire (issue 4)
+// will reach other nids.
+extern "C" int uct_portals_iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
+                                              const uct_iface_addr_t *iface_addr) {
+    if (!dev_addr || !iface_addr) return 0;
+    const auto *d = reinterpret_cast<const uct_portals_device_addr_t *>(dev_addr);
+    return d->nid == iface_of(tl_iface)->self.phys.nid;
+}
+
+extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, uct_completion_t *comp) {
+    if (comp) return UCS_ERR_UNSUPPORTED;
+    Iface *f = iface_of(tl_iface);
+    if (f->ops_in_flight == 0) return UCS_OK;
+    f->progress();
+    return f->ops_in_flight ? UCS_INPROGRESS : UCS_OK;
+}
+
+// The engine delivers and executes operations to a peer in issue order (the wires are
+// ordered and the target applies each message before the next), so there is nothing to fence.
+extern "C" ucs_status_t uct_portals_iface_fence(uct_iface_h, unsigned) { return UCS_OK; }
+
+extern "C" ucs_status_t uct_portals_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p) {
+    *fd_p = iface_of(tl_iface)->event_fd;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsigned) {
+    Iface *f = iface_of(tl_iface);
+    uint64_t v;
+    while (read(f->event_fd, &v, sizeof v) == ssize_t(sizeof v)) {
+    }
+    f->drain_eq();
+    if ((!f->rx_fifo.empty() && f->rx_fifo.front().ready) || !f->cancelled.empty() ||
+        (!f->pending_eps.empty() && f->has_tx_resources()))
+        return UCS_ERR_BUSY;
+    const int rc = PtlXEQArm(f->eq, f->event_fd);
+    if (rc == PTL_IN_USE) return UCS_ERR_BUSY;
+    if (rc == PTL_FAIL) {
+        ucs_error("portals: wake-up needs the engine's progress thread (unset PTL_PROGRESS=manual)");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    return status_of(rc);
+}
+
+extern "C" void uct_portals_iface_progress_enable(uct_iface_h tl_iface, unsigned flags) {
+    uct_base_iface_progress_enable(tl_iface, flags);
+}
+
+extern "C" void uct_portals_iface_progress_disable(uct_iface_h tl_iface, unsigned flags) {
+    uct_base_iface_progress_disable(tl_iface, flags);
+}
+
+// ---------------------------------------------------------------------------------------
+// Operations in flight
+
+Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
+    Op *op = free_ops;
+    if (!op) return nullptr;
+    free_ops = op->next_free;
+    ++ops_in_flight;
+    Op *next = nullptr;
+    *op = Op{};
+    op->next_free = next;
+    op->type = t;
+    op->ep = ep;
+    op->comp = comp;
+    if (ep) {
+        op->seq = ep->next_seq++;
+        ep->in_flight.insert(op->seq);
+    }
+    return op;
+}
+
+void Iface::put_op(Op *op) {
+    if (Ep *ep = op->ep) {
+        ep->in_flight.erase(op->seq);
+        complete_flushes(ep);
+    }
+    if (op->tx_desc >= 0) {
+        tx_owner[size_t(op->tx_desc)] = nullptr;
+        tx_free.push_back(op->tx_desc);
+    }
+    op->next_free = free_ops;
+    free_ops = op;
+    --ops_in_flight;
+}
+
+void Iface::complete_flushes(Ep *ep) {
+    auto &fl = ep->flushes;
+    if (fl.empty()) return;
+    const uint64_t oldest = ep->in_flight.empty() ? UINT64_MAX : *ep->in_flight.begin();
+    size_t kept = 0;
+    std::vector<uct_completion_t *> done;
+    for (auto &w : fl) {
+        if (w.first <= oldest) done.push_back(w.second);
+        else fl[kept++] = w;
+    }
+    fl.resize(kept);
+    for (uct_completion_t *c : done) uct_invoke_completion(c, UCS_OK);
+}
+
+void Iface::complete_op(Op *op, ucs_status_t status) {
+    if (status == UCS_OK) {
+        switch (op->type) {
+            case OpType::GetBcopy:
+                op->unpack_cb(op->unpack_arg, op->bounce, op->length);
+                break;
+            case OpType::AtomicFetch:
+                std::memcpy(op->result, &op->fetched, op->result_size);
+                break;
+            default:
+                break;
+        }
+    }
+    std::free(op->bounce);
+    uct_completion_t *comp = op->comp;
+    put_op(op);
+    if (comp) uct_invoke_completion(comp, status);
+}
+
+void Iface::dispatch_pending() {
+    while (has_tx_resources() && !pending_eps.empty()) {
+        Ep *ep = pending_eps.front();
+        pending_eps.pop_front();
+        ep->in_pending_list = false;
+        ucs_queue_elem_t *elem = ucs_queue_pull(&ep->pending);
+        uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
+        const ucs_status_t s = req->func(req);
+        if (s == UCS_ERR_NO_RESOURCE) {
+            ucs_queue_push_head(&ep->pending, elem);
+            pending_eps.push_front(ep);
+            ep->in_pending_list = true;
+            return;
+        }
+        if (!ucs_queue_is_empty(&ep->pending) && !ep->in_pending_list) {
+            pending_eps.push_back(ep);  // round robin
+            ep->in_pending_list = true;
+        }
+    }
+}

@@ -1,0 +1,235 @@
+// The state behind a uct_portals iface and its endpoints. The iface is a Portals client of
+// the engine: one matching NI shared by the process, one EQ, and per iface three portals:
+//   am_pt   active messages      receive descriptors on the overflow list, then a catch-all
+//   tag_pt  tagged messages      posted receives on the priority list; unexpected ones land
+//                                in receive descriptors on the overflow list, then a catch-all
+//   ctl_pt  sources to fetch     the send-buffer pool and rendezvous data, read by peers' gets
+// A message that finds no free descriptor hits the zero-length catch-all: it is truncated,
+// not dropped, and the receiver gets it from the sender, which keeps every send until it is
+// acknowledged in full or fetched. So no message is lost or reordered for lack of buffers.
+#pragma once
+
+extern "C" {
+#include "uct_portals.h"
+#include <portals4_ext.h>
+#include <ucs/datastruct/queue.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/debug/log.h>
+}
+
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <vector>
+
+#include "rx_pool.h"
+
+namespace uct_portals {
+
+// The remote offset of a message to a receive portal carries what the receiver needs to
+// fetch it if it was truncated (receive descriptors place data at locally managed offsets,
+// so the field is otherwise unused): [kind:4][sender ctl portal:8][offset in the sender's
+// send-buffer pool:52].
+enum class MsgKind : uint8_t { Am = 1, TagEager = 2, TagRndv = 3, TagRndvRequest = 4 };
+
+struct MsgInfo {
+    MsgKind kind;
+    uint8_t src_pt;
+    uint64_t src_offset;
+};
+
+inline uint64_t encode_msg(const MsgInfo &m) {
+    return (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) | (m.src_offset & ((1ull << 52) - 1));
+}
+inline MsgInfo decode_msg(uint64_t v) {
+    return {MsgKind(v >> 60), uint8_t(v >> 52), v & ((1ull << 52) - 1)};
+}
+
+// Match bits on the ctl portal.
+constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;  // the send-buffer pool
+constexpr ptl_match_bits_t kRndvBits = 1ull << 62;    // one rendezvous' data, | key
+
+// A rendezvous announcement, followed by the user header.
+struct RndvInfo {
+    uint64_t length;
+    uint64_t remote_addr;
+    uct_portals_rkey_t rkey;
+};
+
+struct Ep;
+struct Iface;
+
+// A registration (md.cc): the ME and what the rkey names.
+struct Memh {
+    ptl_handle_me_t me;
+    uint64_t key;
+    uint64_t base;
+};
+
+constexpr size_t kMaxIov = 16;  // gathered into a send buffer
+
+enum class OpType : uint8_t { Put, Get, GetBcopy, AtomicPost, AtomicFetch, Send, Rndv, Recovery };
+
+// One operation in flight; its address is the user_ptr of the engine operation.
+struct Op {
+    OpType type{};
+    Ep *ep = nullptr;
+    uct_completion_t *comp = nullptr;
+    uint64_t seq = 0;  // order of issue on the ep (flush)
+    // get_bcopy
+    uct_unpack_callback_t unpack_cb = nullptr;
+    void *unpack_arg = nullptr;
+    size_t length = 0;
+    // fetching atomics: the engine reads the operands and writes the old value here
+    void *result = nullptr;
+    unsigned result_size = 0;
+    uint64_t operand = 0, compare = 0, fetched = 0;
+    // sends the target may fetch (truncated at a receiver without a free descriptor)
+    int tx_desc = -1;
+    bool acked = false, truncated = false, fetched_by_peer = false;
+    // rendezvous: the ME exposing the data
+    ptl_handle_me_t src_me = PTL_INVALID_HANDLE;
+    uint64_t key = 0;
+    bool cancelled = false;  // rendezvous cancelled while its GET was on its way
+    // get_bcopy lands here first
+    char *bounce = nullptr;
+    // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data
+    struct RxEvent *rx = nullptr;
+    uct_tag_context_t *ctx = nullptr;
+    ucs_status_t rndv_status = UCS_OK;
+    Op *next_free = nullptr;
+};
+
+// A receive event waiting its turn: events of both receive portals are delivered in arrival
+// order, and one whose data must first be fetched holds back those behind it.
+struct RxEvent {
+    ptl_event_t ev;
+    MsgInfo msg{};
+    RecvBuf buf;              // where the message body is (a descriptor, or fetched)
+    bool ready = true;        // false while its data is being fetched
+    bool unexpected = true;   // false: matched a posted receive
+    bool converted = false;   // a force-cancelled receive's message, now unexpected
+    uct_tag_context_t *ctx = nullptr;
+};
+
+// Per posted receive, kept in uct_tag_context_t::priv.
+struct TagRecv {
+    void *buffer;
+    size_t length;
+    ptl_handle_me_t me;
+    uint8_t state;  // TagState
+};
+enum TagState : uint8_t { kTagPosted = 1, kTagMatched, kTagFetching, kTagCancelled };
+static_assert(sizeof(TagRecv) <= UCT_TAG_PRIV_LEN, "TagRecv must fit in uct_tag_context_t::priv");
+inline TagRecv *tag_recv(uct_tag_context_t *ctx) { return reinterpret_cast<TagRecv *>(ctx->priv); }
+
+struct Ep {
+    uct_portals_ep_t *uct = nullptr;
+    Iface *iface = nullptr;
+    ptl_process_t peer{};
+    uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
+    uint64_t next_seq = 0;
+    std::set<uint64_t> in_flight;  // seqs of ops not yet complete
+    std::vector<std::pair<uint64_t, uct_completion_t *>> flushes;  // complete when all < seq are
+    ucs_queue_head_t pending;
+    bool in_pending_list = false;
+};
+
+}  // namespace uct_portals
+
+struct uct_portals_ep_impl : uct_portals::Ep {};
+
+namespace uct_portals {
+
+struct Iface {
+    uct_portals_iface_t *uct = nullptr;
+    // configuration
+    size_t seg_size = 0;
+    size_t rndv_max_hdr = 0;
+    unsigned tm_list_size = 0;
+    double latency = 0, bandwidth = 0;
+    unsigned rx_headroom = 0;
+    // Portals objects
+    ptl_handle_ni_t ni = PTL_INVALID_HANDLE;
+    ptl_process_t self{};
+    ptl_handle_eq_t eq = PTL_INVALID_HANDLE;
+    ptl_handle_md_t md_volatile = PTL_INVALID_HANDLE;  // sources copied at the call (<= max_volatile)
+    ptl_handle_md_t md = PTL_INVALID_HANDLE;           // everything else
+    ptl_size_t max_volatile = 0;
+    ptl_pt_index_t am_pt = PTL_PT_ANY, tag_pt = PTL_PT_ANY, ctl_pt = PTL_PT_ANY;
+    // receive side
+    RxPool am_rx, tag_rx;
+    std::deque<RxEvent> rx_fifo;
+    std::deque<uct_tag_context_t *> cancelled;  // completed_cb(UCS_ERR_CANCELED) to report
+    unsigned tags_posted = 0;
+    uct_tag_unexp_eager_cb_t eager_cb = nullptr;
+    void *eager_arg = nullptr;
+    uct_tag_unexp_rndv_cb_t rndv_cb = nullptr;
+    void *rndv_arg = nullptr;
+    // send side
+    char *tx_buf = nullptr;
+    size_t tx_stride = 0;
+    std::vector<int> tx_free;
+    std::vector<Op *> tx_owner;  // the send holding each buffer
+    ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
+    std::vector<Op> ops;
+    Op *free_ops = nullptr;
+    unsigned ops_in_flight = 0;
+    uint64_t next_rndv_key = 1;
+    std::deque<Ep *> pending_eps;  // eps with pending requests, served round robin
+    // wake-up
+    int event_fd = -1;
+    // statistics (shown by uct_portals_iface_query's debug log and the tests)
+    uint64_t tag_expected = 0, tag_unexpected = 0, truncated_fetches = 0;
+
+    // ops
+    Op *get_op(Ep *ep, OpType t, uct_completion_t *comp);
+    void complete_op(Op *op, ucs_status_t status);
+    int get_tx_desc() {
+        if (tx_free.empty()) return -1;
+        const int d = tx_free.back();
+        tx_free.pop_back();
+        return d;
+    }
+    char *tx_desc_addr(int d) const { return tx_buf + size_t(d) * tx_stride; }
+    bool has_tx_resources() const { return free_ops != nullptr && !tx_free.empty(); }
+    void put_op(Op *op);
+    void complete_flushes(Ep *ep);
+    void dispatch_pending();
+
+    // progress
+    unsigned progress();
+    void on_initiator_event(const ptl_event_t &ev);
+    void on_ctl_event(const ptl_event_t &ev);
+    void on_rx_event(const ptl_event_t &ev);
+    unsigned deliver_rx();
+    void deliver_one(RxEvent &r);
+    void deliver_expected(RxEvent &r);
+    void drain_eq();
+    bool fetch_truncated(RxEvent &r);
+    void start_rndv_get(RxEvent &r);
+};
+
+}  // namespace uct_portals
+
+struct uct_portals_iface_impl : uct_portals::Iface {};
+
+namespace uct_portals {
+
+// Copies header + iov into a free send buffer (*desc); returns the length, or
+// UCS_ERR_NO_RESOURCE when no buffer is free.
+ssize_t gather(Iface *f, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
+               size_t iovcnt);
+
+// Engine return codes to UCX statuses.
+ucs_status_t status_of(int ptl_rc);
+
+inline Iface *iface_of(uct_iface_h tl) { return ucs_derived_of(tl, uct_portals_iface_t)->impl; }
+inline Iface *iface_of_ep(uct_ep_h ep) { return iface_of(ep->iface); }
+inline Ep *ep_of(uct_ep_h ep) { return ucs_derived_of(ep, uct_portals_ep_t)->impl; }
+
+// Issue an operation on an ep, returning UCS_ERR_NO_RESOURCE when the iface is out of ops.
+ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
+                         uint64_t hdr_data, int tx_desc, size_t length, uct_completion_t *comp);
+
+}  // namespace uct_portals

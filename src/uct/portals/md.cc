@@ -1,0 +1,208 @@
+// The memory domain: a registration is an ME on the MD's RMA portal whose match bits are the
+// registration key; the packed rkey is {key, base, portal} (DESIGN: UCT mapping). Devices
+// are the host's IPv4 network interfaces.
+#include "iface_impl.h"
+
+extern "C" {
+#include <ucs/sys/string.h>
+}
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace uct_portals;
+
+namespace {
+
+ucs_status_t md_query(uct_md_h, uct_md_attr_t *attr) {
+    attr->cap.flags = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_NEED_MEMH;
+    attr->cap.reg_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.alloc_mem_types = 0;
+    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    attr->cap.detect_mem_types = 0;
+    attr->cap.max_alloc = 0;
+    attr->cap.max_reg = ULONG_MAX;
+    attr->rkey_packed_size = sizeof(uct_portals_rkey_t);
+    attr->reg_cost = ucs_linear_func_make(200e-9, 0);  // one ME append; no pinning
+    std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+    return UCS_OK;
+}
+
+ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags,
+                     uct_mem_h *memh_p) {
+    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
+    if (!h) return UCS_ERR_NO_MEMORY;
+    h->key = md->next_key++;
+    h->base = reinterpret_cast<uintptr_t>(address);
+    ptl_me_t me{};
+    me.start = address;
+    me.length = length;
+    me.ct_handle = PTL_CT_NONE;
+    me.uid = PTL_UID_ANY;
+    me.options = PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_IS_ACCESSIBLE | PTL_ME_EVENT_COMM_DISABLE |
+                 PTL_ME_EVENT_SUCCESS_DISABLE | PTL_ME_EVENT_LINK_DISABLE |
+                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE;
+    me.match_id.phys.nid = PTL_NID_ANY;
+    me.match_id.phys.pid = PTL_PID_ANY;
+    me.match_bits = h->key;
+    me.ignore_bits = 0;
+    const int rc = PtlMEAppend(md->ni, md->rma_pt, &me, PTL_PRIORITY_LIST, h, &h->me);
+    if (rc != PTL_OK) {
+        std::free(h);
+        ucs_log(uct_md_reg_log_lvl(flags), "portals: registering %p length %zu failed: %d",
+                address, length, rc);
+        return status_of(rc);
+    }
+    *memh_p = h;
+    return UCS_OK;
+}
+
+ucs_status_t mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params) {
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    auto *h = static_cast<Memh *>(params->memh);
+    const int rc = PtlMEUnlink(h->me);
+    std::free(h);
+    return rc == PTL_OK ? UCS_OK : status_of(rc);
+}
+
+ucs_status_t mkey_pack(uct_md_h tl_md, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
+                       void *rkey_buffer) {
+    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    const auto *h = static_cast<const Memh *>(memh);
+    uct_portals_rkey_t rk{h->key, h->base, uint32_t(md->rma_pt), 0};
+    std::memcpy(rkey_buffer, &rk, sizeof rk);
+    return UCS_OK;
+}
+
+void md_close(uct_md_h tl_md) {
+    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    PtlPTFree(md->ni, md->rma_pt);
+    PtlNIFini(md->ni);
+    PtlFini();
+    ucs_free(md);
+}
+
+uct_md_ops_t md_ops = {
+    .close = md_close,
+    .query = md_query,
+    .mem_alloc = nullptr,
+    .mem_free = nullptr,
+    .mem_advise = nullptr,
+    .mem_reg = mem_reg,
+    .mem_dereg = mem_dereg,
+    .mem_query = nullptr,
+    .mkey_pack = mkey_pack,
+    .is_sockaddr_accessible = nullptr,
+    .detect_memory_type = nullptr,
+};
+
+}  // namespace
+
+ucs_status_t uct_portals::status_of(int rc) {
+    switch (rc) {
+        case PTL_OK: return UCS_OK;
+        case PTL_NO_SPACE: return UCS_ERR_NO_MEMORY;
+        case PTL_ARG_INVALID: return UCS_ERR_INVALID_PARAM;
+        case PTL_NO_INIT: return UCS_ERR_NO_DEVICE;
+        case PTL_PID_IN_USE: return UCS_ERR_BUSY;
+        case PTL_IN_USE: return UCS_ERR_BUSY;
+        case PTL_PT_FULL: return UCS_ERR_EXCEEDS_LIMIT;
+        case PTL_LIST_TOO_LONG: return UCS_ERR_EXCEEDS_LIMIT;
+        default: return UCS_ERR_IO_ERROR;
+    }
+}
+
+extern "C" ucs_status_t uct_portals_query_md_resources(uct_component_t *component,
+                                                       uct_md_resource_desc_t **resources_p,
+                                                       unsigned *num_resources_p) {
+    return uct_md_query_single_md_resource(component, resources_p, num_resources_p);
+}
+
+extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *,
+                                            const uct_md_config_t *, uct_md_h *md_p) {
+    int rc = PtlInit();
+    if (rc != PTL_OK) {
+        ucs_error("portals: PtlInit failed: %d", rc);
+        return status_of(rc);
+    }
+    auto *md = static_cast<uct_portals_md_t *>(ucs_calloc(1, sizeof(uct_portals_md_t), "portals md"));
+    if (!md) {
+        PtlFini();
+        return UCS_ERR_NO_MEMORY;
+    }
+    md->super.ops = &md_ops;
+    md->super.component = &uct_portals_component;
+    md->next_key = 1;
+    rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
+                   nullptr, &md->ni);
+    if (rc == PTL_OK) {
+        rc = PtlPTAlloc(md->ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &md->rma_pt);
+        if (rc != PTL_OK) PtlNIFini(md->ni);
+    }
+    if (rc != PTL_OK) {
+        ucs_error("portals: opening the memory domain failed: %d", rc);
+        ucs_free(md);
+        PtlFini();
+        return status_of(rc);
+    }
+    *md_p = &md->super;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_portals_rkey_unpack(uct_component_t *, const void *rkey_buffer,
+                                                uct_rkey_t *rkey_p, void **handle_p) {
+    auto *rk = static_cast<uct_portals_rkey_t *>(ucs_malloc(sizeof(uct_portals_rkey_t), "portals rkey"));
+    if (!rk) return UCS_ERR_NO_MEMORY;
+    std::memcpy(rk, rkey_buffer, sizeof *rk);
+    *rkey_p = reinterpret_cast<uct_rkey_t>(rk);
+    *handle_p = nullptr;
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_portals_rkey_release(uct_component_t *, uct_rkey_t rkey, void *) {
+    ucs_free(reinterpret_cast<void *>(rkey));
+    return UCS_OK;
+}
+
+// One device per IPv4 interface that is up, like UCX's tcp transport. The engine serves all
+// of them through one physical NI per process (its nid is the address of PTL_IFACE or the
+// first non-loopback interface), so the device chooses no wire; it names where UCP sees the
+// transport.
+extern "C" ucs_status_t uct_portals_query_tl_devices(uct_md_h, uct_tl_device_resource_t **tl_devices_p,
+                                                     unsigned *num_tl_devices_p) {
+    std::vector<std::string> names;
+    struct ifaddrs *ifa = nullptr;
+    if (getifaddrs(&ifa) == 0) {
+        for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
+                continue;
+            bool seen = false;
+            for (const std::string &n : names) seen = seen || n == i->ifa_name;
+            if (!seen) names.emplace_back(i->ifa_name);
+        }
+        freeifaddrs(ifa);
+    }
+    if (names.empty()) {
+        *tl_devices_p = nullptr;
+        *num_tl_devices_p = 0;
+        return UCS_OK;
+    }
+    auto *devs = static_cast<uct_tl_device_resource_t *>(
+            ucs_calloc(names.size(), sizeof(uct_tl_device_resource_t), "portals devices"));
+    if (!devs) return UCS_ERR_NO_MEMORY;
+    for (size_t i = 0; i < names.size(); ++i) {
+        ucs_snprintf_zero(devs[i].name, sizeof(devs[i].name), "%s", names[i].c_str());
+        devs[i].type = UCT_DEVICE_TYPE_NET;
+        devs[i].sys_device = UCS_SYS_DEVICE_ID_UNKNOWN;
+    }
+    *tl_devices_p = devs;
+    *num_tl_devices_p = unsigned(names.size());
+    return UCS_OK;
+}

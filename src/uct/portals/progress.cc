@@ -1,0 +1,290 @@
+// uct_iface_progress: drive the engine, read the EQ, complete sends at once and deliver
+// received messages (active messages, tagged messages expected or not) in arrival order.
+#include "iface_impl.h"
+
+#include <cstdlib>
+#include <cstring>
+
+using namespace uct_portals;
+
+namespace {
+
+ucs_status_t fail_status(ptl_ni_fail_t f) {
+    switch (f) {
+        case PTL_NI_OK: return UCS_OK;
+        case PTL_NI_UNDELIVERABLE: return UCS_ERR_UNREACHABLE;
+        case PTL_NI_PERM_VIOLATION:
+        case PTL_NI_OP_VIOLATION: return UCS_ERR_REJECTED;
+        case PTL_NI_SEGV: return UCS_ERR_INVALID_ADDR;
+        case PTL_NI_NO_MATCH:
+        case PTL_NI_DROPPED:
+        case PTL_NI_PT_DISABLED: return UCS_ERR_UNREACHABLE;
+        default: return UCS_ERR_IO_ERROR;
+    }
+}
+
+Op *new_fetch_op() {
+    Op *op = new Op();
+    op->type = OpType::Recovery;
+    return op;
+}
+
+}  // namespace
+
+extern "C" unsigned uct_portals_iface_progress(uct_iface_h tl_iface) {
+    return iface_of(tl_iface)->progress();
+}
+
+unsigned Iface::progress() {
+    PtlXProgress();
+    drain_eq();
+    unsigned n = deliver_rx();
+    while (!cancelled.empty()) {
+        uct_tag_context_t *ctx = cancelled.front();
+        cancelled.pop_front();
+        ctx->completed_cb(ctx, 0, 0, 0, nullptr, UCS_ERR_CANCELED);
+        ++n;
+    }
+    if (!pending_eps.empty()) dispatch_pending();
+    return n;
+}
+
+void Iface::drain_eq() {
+    ptl_event_t ev;
+    for (;;) {
+        const int rc = PtlEQGet(eq, &ev);
+        if (rc == PTL_EQ_EMPTY) return;
+        if (rc == PTL_EQ_DROPPED) {
+            ucs_error("portals: event queue overflow on iface %p: events were lost", uct);
+        } else if (rc != PTL_OK) {
+            ucs_error("portals: PtlEQGet failed: %d", rc);
+            return;
+        }
+        switch (ev.type) {
+            case PTL_EVENT_ACK:
+            case PTL_EVENT_REPLY:
+            case PTL_EVENT_SEND:
+                on_initiator_event(ev);
+                break;
+            case PTL_EVENT_GET:
+                on_ctl_event(ev);
+                break;
+            case PTL_EVENT_PUT:
+                on_rx_event(ev);
+                break;
+            default:
+                ucs_debug("portals: ignoring event type %d", ev.type);
+                break;
+        }
+    }
+}
+
+void Iface::on_initiator_event(const ptl_event_t &ev) {
+    Op *op = static_cast<Op *>(ev.user_ptr);
+    if (!op) return;
+    const ucs_status_t st = fail_status(ev.ni_fail_type);
+    if (op->type == OpType::Recovery) {
+        if (op->rx) {  // a truncated message's body arrived
+            op->rx->buf.length = ev.mlength;
+            op->rx->ready = true;
+            if (st != UCS_OK)
+                ucs_error("portals: fetching a truncated message from nid 0x%x pid %u failed: %s",
+                          ev.initiator.phys.nid, ev.initiator.phys.pid, ucs_status_string(st));
+        } else if (op->ctx && tag_recv(op->ctx)->state != kTagCancelled) {
+            // a rendezvous' data arrived in the posted buffer
+            tag_recv(op->ctx)->state = kTagMatched;
+            op->ctx->completed_cb(op->ctx, op->operand, 0, ev.mlength, nullptr,
+                                  st != UCS_OK ? st : op->rndv_status);
+        }
+        delete op;
+        return;
+    }
+    if (st != UCS_OK) {
+        if (op->type == OpType::Rndv) PtlMEUnlink(op->src_me);
+        complete_op(op, st);
+        return;
+    }
+    if (op->type == OpType::Send || op->type == OpType::Rndv) {
+        op->acked = true;
+        // Shorter than sent on an overflow list: it met the receiver's catch-all, and the
+        // receiver fetches it from our send buffer.
+        op->truncated = ev.ptl_list == PTL_OVERFLOW_LIST && ev.mlength < op->length;
+        // A rendezvous completes when its data is read (on_ctl_event).
+        if (op->type == OpType::Send && (!op->truncated || op->fetched_by_peer)) complete_op(op, UCS_OK);
+        return;
+    }
+    complete_op(op, UCS_OK);
+}
+
+// GETs of our sources by peers: a truncated send's buffer, or a rendezvous' data.
+void Iface::on_ctl_event(const ptl_event_t &ev) {
+    if (ev.match_bits == kTxPoolBits) {
+        const size_t d = size_t(ev.remote_offset / tx_stride);
+        Op *op = d < tx_owner.size() ? tx_owner[d] : nullptr;
+        if (!op) return;
+        op->fetched_by_peer = true;
+        if (op->type == OpType::Send && op->acked) complete_op(op, UCS_OK);
+        return;
+    }
+    Op *op = static_cast<Op *>(ev.user_ptr);
+    if (!op || op->type != OpType::Rndv) return;
+    if (op->cancelled) {
+        put_op(op);
+    } else {
+        complete_op(op, fail_status(ev.ni_fail_type));
+    }
+}
+
+void Iface::on_rx_event(const ptl_event_t &ev) {
+    rx_fifo.emplace_back();
+    RxEvent &r = rx_fifo.back();
+    r.ev = ev;
+    r.msg = decode_msg(ev.remote_offset);
+    if (ev.pt_index == tag_pt && ev.ptl_list == PTL_PRIORITY_LIST) {
+        r.unexpected = false;
+        r.ctx = static_cast<uct_tag_context_t *>(ev.user_ptr);
+        tag_recv(r.ctx)->state = kTagMatched;
+        --tags_posted;
+        r.buf.data = static_cast<char *>(ev.start);
+        r.buf.length = ev.mlength;
+        return;
+    }
+    RxPool &pool = ev.pt_index == am_pt ? am_rx : tag_rx;
+    if (pool.is_catch_all(ev.user_ptr)) {
+        r.ready = false;
+        fetch_truncated(r);
+        return;
+    }
+    r.buf = pool.take(ev);
+}
+
+// The message met the catch-all: read it from the sender's send buffer, where it stays until
+// we have it.
+bool Iface::fetch_truncated(RxEvent &r) {
+    ++truncated_fetches;
+    r.buf = RxPool::alloc_fetched(r.ev.rlength, rx_headroom);
+    Op *op = new_fetch_op();
+    op->rx = &r;
+    int rc = r.buf.data ? PTL_OK : PTL_NO_SPACE;
+    if (rc == PTL_OK)
+        rc = PtlGet(md, reinterpret_cast<uintptr_t>(r.buf.data), r.ev.rlength, r.ev.initiator,
+                    r.msg.src_pt, kTxPoolBits, r.msg.src_offset, op);
+    if (rc != PTL_OK) {
+        ucs_error("portals: cannot fetch a %lu-byte message from nid 0x%x pid %u: %d",
+                  (unsigned long)r.ev.rlength, r.ev.initiator.phys.nid, r.ev.initiator.phys.pid, rc);
+        delete op;
+        RxPool::release_buf(r.buf);
+        r.buf = RecvBuf{};
+        r.ready = true;  // delivered empty rather than blocking everything behind it
+        return false;
+    }
+    return true;
+}
+
+unsigned Iface::deliver_rx() {
+    unsigned n = 0;
+    while (!rx_fifo.empty() && rx_fifo.front().ready) {
+        RxEvent r = rx_fifo.front();
+        rx_fifo.pop_front();
+        deliver_one(r);
+        ++n;
+    }
+    return n;
+}
+
+void Iface::deliver_one(RxEvent &r) {
+    const ptl_event_t &ev = r.ev;
+    if (ev.pt_index == am_pt) {
+        const uint8_t id = uint8_t(ev.match_bits);
+        const ucs_status_t s = uct_iface_invoke_am(&uct->super, id, r.buf.data, unsigned(r.buf.length),
+                                                   UCT_CB_PARAM_FLAG_DESC);
+        if (s != UCS_INPROGRESS) RxPool::release_buf(r.buf);
+        return;
+    }
+    if (!r.unexpected) {
+        deliver_expected(r);
+        return;
+    }
+    ++tag_unexpected;
+    const uct_tag_t stag = ev.match_bits;
+    switch (r.msg.kind) {
+        case MsgKind::TagEager: {
+            void *context = nullptr;
+            ucs_status_t s = UCS_OK;
+            if (eager_cb)
+                s = eager_cb(eager_arg, r.buf.data, r.buf.length, UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC,
+                             stag, ev.hdr_data, &context);
+            if (s != UCS_INPROGRESS) RxPool::release_buf(r.buf);
+            return;
+        }
+        case MsgKind::TagRndv: {
+            RndvInfo info{};
+            if (r.buf.length >= sizeof info) {
+                std::memcpy(&info, r.buf.data, sizeof info);
+                if (rndv_cb)
+                    rndv_cb(rndv_arg, 0, stag, r.buf.data + sizeof info, unsigned(r.buf.length - sizeof info),
+                            info.remote_addr, info.length, &info.rkey);
+            } else {
+                ucs_error("portals: short rendezvous announcement (%zu bytes) dropped", r.buf.length);
+            }
+            RxPool::release_buf(r.buf);
+            return;
+        }
+        case MsgKind::TagRndvRequest:
+            if (rndv_cb) rndv_cb(rndv_arg, 0, stag, r.buf.data, unsigned(r.buf.length), 0, 0, nullptr);
+            RxPool::release_buf(r.buf);
+            return;
+        default:
+            ucs_error("portals: message of unknown kind %d on the tag portal dropped", int(r.msg.kind));
+            RxPool::release_buf(r.buf);
+            return;
+    }
+}
+
+// A posted receive matched: the message is in the user's buffer, or (rendezvous) its
+// announcement is and the data is fetched now.
+void Iface::deliver_expected(RxEvent &r) {
+    ++tag_expected;
+    const ptl_event_t &ev = r.ev;
+    uct_tag_context_t *ctx = r.ctx;
+    TagRecv *t = tag_recv(ctx);
+    ctx->tag_consumed_cb(ctx);
+    switch (r.msg.kind) {
+        case MsgKind::TagEager:
+            ctx->completed_cb(ctx, ev.match_bits, ev.hdr_data, ev.mlength, nullptr,
+                              ev.mlength < ev.rlength ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK);
+            return;
+        case MsgKind::TagRndvRequest:
+            ctx->rndv_cb(ctx, ev.match_bits, r.buf.data, unsigned(ev.mlength), UCS_OK, 0);
+            return;
+        case MsgKind::TagRndv:
+            start_rndv_get(r);
+            return;
+        default:
+            ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR);
+            (void)t;
+            return;
+    }
+}
+
+// The rendezvous announcement landed in the posted buffer: read its length, then get the
+// data over it from the sender's rendezvous ME (whose GET event completes the send).
+void Iface::start_rndv_get(RxEvent &r) {
+    const ptl_event_t &ev = r.ev;
+    TagRecv *t = tag_recv(r.ctx);
+    RndvInfo info{};
+    if (ev.mlength >= sizeof info) std::memcpy(&info, t->buffer, sizeof info);
+    else info.length = t->length;
+    Op *op = new_fetch_op();
+    op->ctx = r.ctx;
+    op->operand = ev.match_bits;
+    op->rndv_status = info.length > t->length ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+    t->state = kTagFetching;
+    const size_t len = std::min<uint64_t>(info.length, t->length);
+    const int rc = PtlGet(md, reinterpret_cast<uintptr_t>(t->buffer), len, ev.initiator, r.msg.src_pt,
+                          kRndvBits | ev.hdr_data, 0, op);
+    if (rc != PTL_OK) {
+        delete op;
+        r.ctx->completed_cb(r.ctx, ev.match_bits, 0, 0, nullptr, status_of(rc));
+    }
+}

@@ -1,0 +1,110 @@
+// put/get short, bcopy and zcopy: PtlPut / PtlGet against the ME the rkey names.
+#include "iface_impl.h"
+
+extern "C" {
+#include <uct/base/uct_iov.inl>
+}
+
+#include <alloca.h>
+#include <cstdlib>
+
+using namespace uct_portals;
+
+namespace {
+
+const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
+    return reinterpret_cast<const uct_portals_rkey_t *>(rkey);
+}
+
+// A put of `length` bytes at `src`; sources up to max_volatile are copied by the call, so
+// short and bcopy puts may reuse their buffer at once.
+ucs_status_t put(Ep *ep, const void *src, size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                 uct_completion_t *comp, bool zcopy) {
+    Iface *f = ep->iface;
+    Op *op = f->get_op(ep, OpType::Put, comp);
+    if (!op) return UCS_ERR_NO_RESOURCE;
+    const uct_portals_rkey_t *rk = rkey_of(rkey);
+    const int rc = PtlPut(zcopy ? f->md : f->md_volatile, reinterpret_cast<uintptr_t>(src), length,
+                          PTL_ACK_REQ, ep->peer, rk->pt, rk->key, remote_addr - rk->base, op, 0);
+    if (rc != PTL_OK) {
+        f->put_op(op);
+        return status_of(rc);
+    }
+    return UCS_INPROGRESS;
+}
+
+ucs_status_t get(Ep *ep, Op *op, void *dst, size_t length, uint64_t remote_addr, uct_rkey_t rkey) {
+    Iface *f = ep->iface;
+    const uct_portals_rkey_t *rk = rkey_of(rkey);
+    const int rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, rk->pt,
+                          rk->key, remote_addr - rk->base, op);
+    if (rc != PTL_OK) {
+        std::free(op->bounce);
+        op->bounce = nullptr;
+        f->put_op(op);
+        return status_of(rc);
+    }
+    return UCS_INPROGRESS;
+}
+
+}  // namespace
+
+extern "C" ucs_status_t uct_portals_ep_put_short(uct_ep_h tl_ep, const void *buffer, unsigned length,
+                                                 uint64_t remote_addr, uct_rkey_t rkey) {
+    Ep *ep = ep_of(tl_ep);
+    UCT_CHECK_LENGTH(length, 0, ep->iface->max_volatile, "put_short");
+    const ucs_status_t s = put(ep, buffer, length, remote_addr, rkey, nullptr, false);
+    return s == UCS_INPROGRESS ? UCS_OK : s;
+}
+
+extern "C" ssize_t uct_portals_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb, void *arg,
+                                            uint64_t remote_addr, uct_rkey_t rkey) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    const size_t room = std::min<size_t>(f->seg_size, f->max_volatile);
+    void *buf = alloca(room);
+    const size_t length = pack_cb(buf, arg);
+    UCT_CHECK_LENGTH(length, 0, room, "put_bcopy");
+    const ucs_status_t s = put(ep, buf, length, remote_addr, rkey, nullptr, false);
+    return s == UCS_INPROGRESS ? ssize_t(length) : ssize_t(s);
+}
+
+extern "C" ucs_status_t uct_portals_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov, size_t iovcnt,
+                                                 uint64_t remote_addr, uct_rkey_t rkey,
+                                                 uct_completion_t *comp) {
+    UCT_CHECK_PARAM(iovcnt <= 1, "put_zcopy: iovcnt %zu > 1", iovcnt);
+    const void *src = iovcnt ? iov[0].buffer : nullptr;
+    const size_t len = iovcnt ? uct_iov_get_length(iov) : 0;
+    return put(ep_of(tl_ep), src, len, remote_addr, rkey, comp, true);
+}
+
+extern "C" ucs_status_t uct_portals_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack_cb, void *arg,
+                                                 size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                                                 uct_completion_t *comp) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_LENGTH(length, 0, f->seg_size, "get_bcopy");
+    Op *op = f->get_op(ep, OpType::GetBcopy, comp);
+    if (!op) return UCS_ERR_NO_RESOURCE;
+    op->bounce = static_cast<char *>(std::malloc(length ? length : 1));
+    if (!op->bounce) {
+        f->put_op(op);
+        return UCS_ERR_NO_MEMORY;
+    }
+    op->unpack_cb = unpack_cb;
+    op->unpack_arg = arg;
+    op->length = length;
+    return get(ep, op, op->bounce, length, remote_addr, rkey);
+}
+
+extern "C" ucs_status_t uct_portals_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov, size_t iovcnt,
+                                                 uint64_t remote_addr, uct_rkey_t rkey,
+                                                 uct_completion_t *comp) {
+    UCT_CHECK_PARAM(iovcnt <= 1, "get_zcopy: iovcnt %zu > 1", iovcnt);
+    Ep *ep = ep_of(tl_ep);
+    Op *op = ep->iface->get_op(ep, OpType::Get, comp);
+    if (!op) return UCS_ERR_NO_RESOURCE;
+    return get(ep, op, iovcnt ? iov[0].buffer : nullptr, iovcnt ? uct_iov_get_length(iov) : 0,
+               remote_addr, rkey);
+}

@@ -1,0 +1,209 @@
+// Tag offload (DESIGN: UCT mapping). Posted receives are use-once MEs on the tag portal's
+// priority list (match bits = tag, ignore bits = ~mask); eager messages are puts with the tag
+// as match bits and imm as header data; a rendezvous announces itself with a put and exposes
+// its data through a use-once GET ME on the sender's ctl portal, which the receiver reads
+// when the announcement matches a posted receive (its GET event completes the send).
+#include "iface_impl.h"
+
+extern "C" {
+#include <uct/base/uct_iov.inl>
+}
+
+#include <cstring>
+
+using namespace uct_portals;
+
+namespace {
+
+ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length, uct_completion_t *comp) {
+    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length, comp);
+}
+
+uct_portals_rkey_t rkey_for(Iface *f, const uct_iov_t *iov, uint64_t key) {
+    if (iov->memh != UCT_MEM_HANDLE_NULL) {
+        const auto *h = static_cast<const Memh *>(iov->memh);
+        const auto *md = ucs_derived_of(f->uct->super.md, uct_portals_md_t);
+        return {h->key, h->base, uint32_t(md->rma_pt), 0};
+    }
+    // Unregistered: the rendezvous ME itself (a get through it completes the send).
+    return {kRndvBits | key, reinterpret_cast<uintptr_t>(iov->buffer), uint32_t(f->ctl_pt), 0};
+}
+
+}  // namespace
+
+extern "C" ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t tag, const void *data,
+                                                       size_t length) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_LENGTH(length, 0, f->seg_size, "tag_eager_short");
+    const int d = f->get_tx_desc();
+    if (d < 0) return UCS_ERR_NO_RESOURCE;
+    std::memcpy(f->tx_desc_addr(d), data, length);
+    return eager_send(ep, tag, 0, d, length, nullptr);
+}
+
+extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
+                                                  uct_pack_callback_t pack_cb, void *arg, unsigned) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    const int d = f->get_tx_desc();
+    const size_t length = pack_cb(f->tx_desc_addr(d), arg);
+    if (length > f->seg_size) {
+        f->tx_free.push_back(d);
+        ucs_error("portals: tag_eager_bcopy packed %zu bytes, more than seg_size %zu", length, f->seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    const ucs_status_t s = eager_send(ep, tag, imm, d, length, nullptr);
+    return s == UCS_OK ? ssize_t(length) : ssize_t(s);
+}
+
+extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
+                                                       const uct_iov_t *iov, size_t iovcnt, unsigned,
+                                                       uct_completion_t *comp) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_PARAM(iovcnt <= kMaxIov, "tag_eager_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
+    UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "tag_eager_zcopy");
+    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    int d;
+    const ssize_t len = gather(f, &d, nullptr, 0, iov, iovcnt);
+    if (len < 0) return ucs_status_t(len);
+    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len), comp);
+    return s == UCS_OK ? UCS_INPROGRESS : s;
+}
+
+extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_tag_t tag, const void *header,
+                                                          unsigned header_length, const uct_iov_t *iov,
+                                                          size_t iovcnt, unsigned, uct_completion_t *comp) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    if (iovcnt > 1) {
+        ucs_error("portals: tag_rndv_zcopy: iovcnt %zu > 1", iovcnt);
+        return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+    }
+    if (header_length + sizeof(RndvInfo) > f->seg_size) return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+    if (!f->has_tx_resources()) return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
+    const uct_iov_t empty{};
+    const uct_iov_t *v = iovcnt ? iov : &empty;
+    const size_t length = iovcnt ? uct_iov_get_length(v) : 0;
+    const uint64_t key = f->next_rndv_key++ & ~(kTxPoolBits | kRndvBits);
+
+    const int d = f->get_tx_desc();
+    Op *op = f->get_op(ep, OpType::Rndv, comp);
+    op->tx_desc = d;
+    op->key = key;
+    op->length = sizeof(RndvInfo) + header_length;
+    f->tx_owner[size_t(d)] = op;
+
+    ptl_me_t me{};
+    me.start = v->buffer;
+    me.length = length;
+    me.ct_handle = PTL_CT_NONE;
+    me.uid = PTL_UID_ANY;
+    me.options = PTL_ME_OP_GET | PTL_ME_USE_ONCE | PTL_ME_IS_ACCESSIBLE | PTL_ME_EVENT_LINK_DISABLE |
+                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE;
+    me.match_id = ep->peer;
+    me.match_bits = kRndvBits | key;
+    me.ignore_bits = 0;
+    int rc = PtlMEAppend(f->ni, f->ctl_pt, &me, PTL_PRIORITY_LIST, op, &op->src_me);
+    if (rc == PTL_OK) {
+        RndvInfo info{length, reinterpret_cast<uintptr_t>(v->buffer), rkey_for(f, v, key)};
+        char *p = f->tx_desc_addr(d);
+        std::memcpy(p, &info, sizeof info);
+        if (header_length) std::memcpy(p + sizeof info, header, header_length);
+        const MsgInfo m{MsgKind::TagRndv, uint8_t(f->ctl_pt), uint64_t(d) * f->tx_stride};
+        rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(p), op->length, PTL_ACK_REQ, ep->peer, ep->tag_pt,
+                    tag, encode_msg(m), op, key);
+        if (rc != PTL_OK) PtlMEUnlink(op->src_me);
+    }
+    if (rc != PTL_OK) {
+        f->put_op(op);
+        return UCS_STATUS_PTR(status_of(rc));
+    }
+    return op;
+}
+
+// The receiver finished the rendezvous in software (it had no posted receive): forget the
+// operation without completing it.
+extern "C" ucs_status_t uct_portals_ep_tag_rndv_cancel(uct_ep_h, void *opaque) {
+    Op *op = static_cast<Op *>(opaque);
+    Iface *f = op->ep ? op->ep->iface : nullptr;
+    op->comp = nullptr;
+    if (PtlMEUnlink(op->src_me) == PTL_OK && f) {
+        f->put_op(op);
+    } else {
+        op->cancelled = true;  // its GET event is on its way; it is released then
+    }
+    return UCS_OK;
+}
+
+extern "C" ucs_status_t uct_portals_ep_tag_rndv_request(uct_ep_h tl_ep, uct_tag_t tag, const void *header,
+                                                        unsigned header_length, unsigned) {
+    Ep *ep = ep_of(tl_ep);
+    Iface *f = ep->iface;
+    UCT_CHECK_LENGTH(header_length, 0, f->seg_size, "tag_rndv_request");
+    const int d = f->get_tx_desc();
+    if (d < 0) return UCS_ERR_NO_RESOURCE;
+    std::memcpy(f->tx_desc_addr(d), header, header_length);
+    return put_message(ep, MsgKind::TagRndvRequest, ep->tag_pt, tag, 0, d, header_length, nullptr);
+}
+
+extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, uct_tag_t tag, uct_tag_t tag_mask,
+                                                         const uct_iov_t *iov, size_t iovcnt,
+                                                         uct_tag_context_t *ctx) {
+    Iface *f = iface_of(tl_iface);
+    UCT_CHECK_PARAM(iovcnt <= 1, "tag_recv_zcopy: iovcnt %zu > 1", iovcnt);
+    if (f->tags_posted >= f->tm_list_size) return UCS_ERR_EXCEEDS_LIMIT;
+    TagRecv *t = tag_recv(ctx);
+    t->buffer = iovcnt ? iov[0].buffer : nullptr;
+    t->length = iovcnt ? uct_iov_get_length(iov) : 0;
+    ptl_me_t me{};
+    me.start = t->buffer;
+    me.length = t->length;
+    me.ct_handle = PTL_CT_NONE;
+    me.uid = PTL_UID_ANY;
+    me.options = PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL | PTL_ME_IS_ACCESSIBLE |
+                 PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_UNLINK_DISABLE;
+    me.match_id.phys.nid = PTL_NID_ANY;
+    me.match_id.phys.pid = PTL_PID_ANY;
+    me.match_bits = tag;
+    me.ignore_bits = ~tag_mask;
+    const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
+    if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
+    t->state = kTagPosted;
+    ++f->tags_posted;
+    return UCS_OK;
+}
+
+// Cancels a posted receive. If it already matched a message that was not reported yet and
+// the cancel is forced, that message is reported as unexpected instead, in its place, so
+// UCP (which force-cancels when it matched the receive in software) loses nothing.
+extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, uct_tag_context_t *ctx,
+                                                          int force) {
+    Iface *f = iface_of(tl_iface);
+    TagRecv *t = tag_recv(ctx);
+    if (t->state == kTagPosted && PtlMEUnlink(t->me) == PTL_OK) {
+        --f->tags_posted;
+        t->state = kTagCancelled;
+        if (!force) f->cancelled.push_back(ctx);
+        return UCS_OK;
+    }
+    if (!force) return UCS_OK;  // it matched: its completion follows
+    f->drain_eq();
+    for (RxEvent &r : f->rx_fifo) {
+        if (r.ctx != ctx || r.unexpected) continue;
+        RecvBuf b = RxPool::alloc_fetched(r.buf.length, f->rx_headroom);
+        if (!b.data) return UCS_ERR_NO_MEMORY;
+        std::memcpy(b.data, r.buf.data, r.buf.length);
+        r.buf = b;
+        r.unexpected = true;
+        r.converted = true;
+        r.ctx = nullptr;
+        t->state = kTagCancelled;
+        return UCS_OK;
+    }
+    // Already reported as consumed (a rendezvous being fetched): drop its completion.
+    t->state = kTagCancelled;
+    return UCS_OK;
+}
