@@ -687,7 +687,13 @@ int Engine::progress() {
 }
 
 int Engine::app_progress() {
-    last_poll_ns_.store(now_ns(), std::memory_order_relaxed);
+    // The progress thread stays out of the way only of an application that polls
+    // continuously; one that calls in now and then (a server checking its socket every
+    // millisecond) must not hold up the peers it serves.
+    const uint64_t t = now_ns();
+    const uint64_t gap = t - last_poll_ns_.exchange(t, std::memory_order_relaxed);
+    const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
+    app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8, std::memory_order_relaxed);
     Lock lk(mu_);
     return progress_locked();
 }
@@ -738,6 +744,7 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
             polling = false;
             // A caller about to sleep hands progress back at once.
             last_poll_ns_.store(going_to_sleep ? 0 : now_ns(), std::memory_order_relaxed);
+            if (!going_to_sleep) app_poll_gap_ns_.store(0, std::memory_order_relaxed);  // it spun
             if (active_pollers_.fetch_sub(1) == 1 && going_to_sleep && progress_thread_) progress_thread_->poke();
         }
     };

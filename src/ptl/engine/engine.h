@@ -171,6 +171,7 @@ private:
     std::atomic<bool> sleepers_armed_{false};
     std::atomic<uint32_t> active_pollers_{0};
     std::atomic<uint64_t> last_poll_ns_{0};
+    std::atomic<uint64_t> app_poll_gap_ns_{1000000000ull};  // smoothed gap between app_progress calls
 
     // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
     PeerId self_{};

@@ -45,7 +45,8 @@ void place(int cpu, int caller_cpu) {
     hwloc_topology_destroy(topo);
 }
 
-constexpr long kParkNs = 5000000;  // 5 ms
+constexpr long kParkNs = 5000000;          // 5 ms
+constexpr uint64_t kBusyPollGapNs = 20000;  // 20 us
 
 }  // namespace
 
@@ -53,7 +54,10 @@ bool ProgressThread::recently_polled() const {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-    return now - engine_.last_poll_ns_.load(std::memory_order_relaxed) < uint64_t(2 * kParkNs);
+    if (now - engine_.last_poll_ns_.load(std::memory_order_relaxed) >= uint64_t(2 * kParkNs)) return false;
+    // Waits poll continuously (their gap is 0); app_progress callers only when they call in
+    // often enough to serve their peers themselves.
+    return engine_.app_poll_gap_ns_.load(std::memory_order_relaxed) < kBusyPollGapNs;
 }
 
 ProgressThread::ProgressThread(Engine &e, int cpu)

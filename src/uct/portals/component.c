@@ -79,6 +79,7 @@ static UCS_CLASS_INIT_FUNC(uct_portals_iface_t, uct_md_h md, uct_worker_h worker
 
 static UCS_CLASS_CLEANUP_FUNC(uct_portals_iface_t)
 {
+    uct_base_iface_progress_disable(&self->super.super, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     uct_portals_iface_cleanup(self);
 }
 
