@@ -6,5 +6,7 @@ cd "$top"
 [ -x configure ] || ./autogen.sh >/dev/null
 mkdir -p _build
 cd _build
-[ -f Makefile ] || "$top/configure" -q "$@"
+# The UCT component needs the installed UCX's source tree (fetched once into a cache).
+ucx_src=$("$top/contrib/ucx-source.sh")
+[ -f Makefile ] || "$top/configure" -q --with-ucx-src="$ucx_src" "$@"
 make -j"$(nproc)" >/dev/null

@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages portals-ucx needs to build, test and benchmark.
 # Runs apt-get only when something is missing; needs root (or sudo) then.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libgtest-dev libhwloc-dev ucx-utils libucx-dev clang"
+pkgs="build-essential autoconf automake libtool pkg-config libgtest-dev libhwloc-dev ucx-utils libucx-dev clang dpkg-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
