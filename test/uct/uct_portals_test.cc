@@ -131,3 +131,212 @@ TEST(UctPortals, ActiveMessagesInOrderEvenWithoutReceiveDescriptors) {
             s.close();
         });
 }
+
+namespace {
+
+// The remote side of RMA tests: a registered buffer, its address and packed rkey.
+struct Exposed {
+    std::vector<char> mem;
+    uct_mem_h memh = nullptr;
+    std::vector<char> blob;  // [address | rkey]
+
+    void expose(Side &s, size_t size) {
+        mem.assign(size, 0);
+        ASSERT_EQ(uct_md_mem_reg(s.md, mem.data(), size, UCT_MD_MEM_ACCESS_ALL, &memh), UCS_OK);
+        uct_md_attr_t a{};
+        ASSERT_EQ(uct_md_query(s.md, &a), UCS_OK);
+        blob.resize(sizeof(uint64_t) + a.rkey_packed_size);
+        const uint64_t addr = reinterpret_cast<uintptr_t>(mem.data());
+        std::memcpy(blob.data(), &addr, sizeof addr);
+        ASSERT_EQ(uct_md_mkey_pack(s.md, memh, blob.data() + sizeof addr), UCS_OK);
+    }
+    void release(Side &s) { EXPECT_EQ(uct_md_mem_dereg(s.md, memh), UCS_OK); }
+};
+
+struct Remote {
+    uint64_t addr = 0;
+    uct_rkey_bundle_t rkey{};
+    void unpack(Side &s, const std::vector<char> &blob) {
+        std::memcpy(&addr, blob.data(), sizeof addr);
+        ASSERT_EQ(uct_rkey_unpack(s.component, blob.data() + sizeof addr, &rkey), UCS_OK);
+    }
+    void release(Side &s) { uct_rkey_release(s.component, &rkey); }
+};
+
+void unpack_cb(void *arg, const void *data, size_t length) { std::memcpy(arg, data, length); }
+
+// A passive peer: exposes `size` bytes, sends where they are, then serves until "done" and
+// returns the final contents to the active side for checking.
+void serve_memory(Channel &c, size_t size, unsigned seed) {
+    Side s;
+    s.open();
+    Exposed e;
+    e.expose(s, size);
+    fill(e.mem.data(), size, seed);
+    c.send(s.address().data(), s.address().size());
+    c.send(e.blob.data(), e.blob.size());
+    c.expect("done");
+    c.send(e.mem.data(), std::min<size_t>(size, 1 << 20));
+    e.release(s);
+    s.close();
+}
+
+}  // namespace
+
+// put short/bcopy/zcopy then get bcopy/zcopy of what was put, 1 B to 16 MiB; gets see the
+// puts before them (ordering without a fence: the engine executes in issue order).
+TEST(UctPortals, PutThenGetEverySizeAndFlavour) {
+    constexpr size_t kSize = 16 << 20;
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            uct_ep_h ep = s.connect(c.recv());
+            Remote r;
+            r.unpack(s, c.recv());
+            std::vector<char> src(kSize), dst(kSize);
+            uct_mem_h src_mh, dst_mh;
+            ASSERT_EQ(uct_md_mem_reg(s.md, src.data(), kSize, UCT_MD_MEM_ACCESS_ALL, &src_mh), UCS_OK);
+            ASSERT_EQ(uct_md_mem_reg(s.md, dst.data(), kSize, UCT_MD_MEM_ACCESS_ALL, &dst_mh), UCS_OK);
+            unsigned seed = 100;
+            size_t off = 0;
+            for (size_t len : {size_t(1), size_t(8), size_t(100), size_t(4096), size_t(8192), size_t(65536),
+                               size_t(1) << 20, kSize / 2}) {
+                for (int flavour = 0; flavour < 3; ++flavour) {
+                    if (flavour < 2 && len > s.attr.cap.put.max_bcopy) continue;
+                    if (off + len > kSize) off = 0;
+                    ++seed;
+                    fill(src.data(), len, seed);
+                    ucs_status_t st;
+                    Counted done;
+                    if (flavour == 0) {
+                        st = uct_ep_put_short(ep, src.data(), unsigned(len), r.addr + off, r.rkey.rkey);
+                    } else if (flavour == 1) {
+                        PackArg a{src.data(), len};
+                        const ssize_t n = uct_ep_put_bcopy(ep, pack, &a, r.addr + off, r.rkey.rkey);
+                        st = n == ssize_t(len) ? UCS_OK : ucs_status_t(n);
+                    } else {
+                        uct_iov_t iov{src.data(), len, src_mh, len, 1};
+                        st = uct_ep_put_zcopy(ep, &iov, 1, r.addr + off, r.rkey.rkey, &done.comp);
+                    }
+                    ASSERT_TRUE(st == UCS_OK || st == UCS_INPROGRESS) << ucs_status_string(st);
+                    // Read it back with the other get flavour than last time, without a flush.
+                    std::memset(dst.data(), 0, len);
+                    Counted got;
+                    if (len <= s.attr.cap.get.max_bcopy && flavour != 2) {
+                        st = uct_ep_get_bcopy(ep, unpack_cb, dst.data(), len, r.addr + off, r.rkey.rkey, &got.comp);
+                    } else {
+                        uct_iov_t iov{dst.data(), len, dst_mh, len, 1};
+                        st = uct_ep_get_zcopy(ep, &iov, 1, r.addr + off, r.rkey.rkey, &got.comp);
+                    }
+                    ASSERT_EQ(st, UCS_INPROGRESS);
+                    ASSERT_TRUE(s.wait([&] { return got.done == 1; }));
+                    EXPECT_EQ(got.status, UCS_OK);
+                    EXPECT_EQ(first_mismatch(dst.data(), len, seed), len) << "len " << len << " flavour " << flavour;
+                    s.flush(ep);
+                    if (flavour == 2) {
+                        EXPECT_EQ(done.done, 1);
+                    }
+                    off += len;
+                }
+            }
+            // Finally the peer's own view: the first MiB as we put it last.
+            fill(src.data(), 1 << 20, 7);
+            uct_iov_t iov{src.data(), 1 << 20, src_mh, 1 << 20, 1};
+            Counted done;
+            ASSERT_EQ(uct_ep_put_zcopy(ep, &iov, 1, r.addr, r.rkey.rkey, &done.comp), UCS_INPROGRESS);
+            s.flush(ep);
+            c.signal("done");
+            std::vector<char> seen = c.recv();
+            ASSERT_EQ(seen.size(), size_t(1) << 20);
+            EXPECT_EQ(first_mismatch(seen.data(), seen.size(), 7), seen.size());
+            uct_ep_destroy(ep);
+            uct_md_mem_dereg(s.md, src_mh);
+            uct_md_mem_dereg(s.md, dst_mh);
+            r.release(s);
+            s.close();
+        },
+        [&](Channel &c) { serve_memory(c, kSize, 1); });
+}
+
+// Every atomic op, 32 and 64 bit, against values the test computes itself.
+TEST(UctPortals, AtomicsReturnAndLeaveTheRightValues) {
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            uct_ep_h ep = s.connect(c.recv());
+            Remote r;
+            r.unpack(s, c.recv());
+            // The peer's buffer starts as pattern(seed 3); track the 64-bit word at 0 and the
+            // 32-bit word at 8.
+            uint8_t init[16];
+            fill(init, sizeof init, 3);
+            uint64_t v64;
+            uint32_t v32;
+            std::memcpy(&v64, init, 8);
+            std::memcpy(&v32, init + 8, 4);
+            const uint64_t a64 = 0x0123456789abcdefull;
+            const uint32_t a32 = 0x89abcdefu;
+            struct Post {
+                unsigned op;
+                uint64_t (*f64)(uint64_t, uint64_t);
+            };
+            const Post posts[] = {{UCT_ATOMIC_OP_ADD, [](uint64_t x, uint64_t y) { return x + y; }},
+                                  {UCT_ATOMIC_OP_AND, [](uint64_t x, uint64_t y) { return x & y; }},
+                                  {UCT_ATOMIC_OP_OR, [](uint64_t x, uint64_t y) { return x | y; }},
+                                  {UCT_ATOMIC_OP_XOR, [](uint64_t x, uint64_t y) { return x ^ y; }}};
+            for (const Post &p : posts) {
+                ASSERT_EQ(uct_ep_atomic64_post(ep, uct_atomic_op_t(p.op), a64, r.addr, r.rkey.rkey), UCS_OK);
+                ASSERT_EQ(uct_ep_atomic32_post(ep, uct_atomic_op_t(p.op), a32, r.addr + 8, r.rkey.rkey), UCS_OK);
+                v64 = p.f64(v64, a64);
+                v32 = uint32_t(p.f64(v32, a32));
+                uint64_t got64 = 0;
+                uint32_t got32 = 0;
+                Counted f(2);
+                ASSERT_EQ(uct_ep_atomic64_fetch(ep, uct_atomic_op_t(p.op), a64, &got64, r.addr, r.rkey.rkey, &f.comp),
+                          UCS_INPROGRESS);
+                ASSERT_EQ(uct_ep_atomic32_fetch(ep, uct_atomic_op_t(p.op), a32, &got32, r.addr + 8, r.rkey.rkey,
+                                                &f.comp),
+                          UCS_INPROGRESS);
+                ASSERT_TRUE(s.wait([&] { return f.done == 1; }));
+                EXPECT_EQ(got64, v64) << "op " << p.op;
+                EXPECT_EQ(got32, v32) << "op " << p.op;
+                v64 = p.f64(v64, a64);
+                v32 = uint32_t(p.f64(v32, a32));
+            }
+            uint64_t old64 = 0;
+            uint32_t old32 = 0;
+            Counted f(4);
+            ASSERT_EQ(uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_SWAP, 42, &old64, r.addr, r.rkey.rkey, &f.comp),
+                      UCS_INPROGRESS);
+            ASSERT_EQ(uct_ep_atomic32_fetch(ep, UCT_ATOMIC_OP_SWAP, 43, &old32, r.addr + 8, r.rkey.rkey, &f.comp),
+                      UCS_INPROGRESS);
+            uint64_t c64 = 0, c64_miss = 0;
+            uint32_t c32 = 0;
+            ASSERT_EQ(uct_ep_atomic_cswap64(ep, 42, 7, r.addr, r.rkey.rkey, &c64, &f.comp), UCS_INPROGRESS);
+            ASSERT_EQ(uct_ep_atomic_cswap32(ep, 43, 9, r.addr + 8, r.rkey.rkey, &c32, &f.comp), UCS_INPROGRESS);
+            ASSERT_TRUE(s.wait([&] { return f.done == 1; }));
+            EXPECT_EQ(old64, v64);
+            EXPECT_EQ(old32, v32);
+            EXPECT_EQ(c64, 42u);
+            EXPECT_EQ(c32, 43u);
+            Counted g;
+            ASSERT_EQ(uct_ep_atomic_cswap64(ep, 42, 1000, r.addr, r.rkey.rkey, &c64_miss, &g.comp), UCS_INPROGRESS);
+            ASSERT_TRUE(s.wait([&] { return g.done == 1; }));
+            EXPECT_EQ(c64_miss, 7u);  // no swap: the value was 7
+            s.flush(ep);
+            c.signal("done");
+            std::vector<char> seen = c.recv();
+            uint64_t final64;
+            uint32_t final32;
+            std::memcpy(&final64, seen.data(), 8);
+            std::memcpy(&final32, seen.data() + 8, 4);
+            EXPECT_EQ(final64, 7u);
+            EXPECT_EQ(final32, 9u);
+            uct_ep_destroy(ep);
+            r.release(s);
+            s.close();
+        },
+        [&](Channel &c) { serve_memory(c, 4096, 3); });
+}
