@@ -736,3 +736,20 @@ TEST(UctPortals, WakeupOnTheEventFd) {
             s.close();
         });
 }
+
+// Closing an iface frees its portals even with receives still posted: opening and closing
+// more ifaces than the portal table could hold at once works.
+TEST(UctPortals, ClosingReleasesPortalsEvenWithPostedReceives) {
+    std::vector<char> buf(64);
+    Side keeper;  // keeps the NI (and its portal table) alive across the loop
+    keeper.open();
+    for (int i = 0; i < 300; ++i) {  // the table has 256 entries
+        Side s;
+        s.open();
+        Posted p;
+        uct_iov_t iov{buf.data(), buf.size(), nullptr, buf.size(), 1};
+        ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 42, ~0ull, &iov, 1, &p.ctx), UCS_OK) << "iface " << i;
+        s.close();
+    }
+    keeper.close();
+}

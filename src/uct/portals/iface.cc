@@ -38,12 +38,21 @@ int append_tx_pool_me(Iface &f) {
     return PtlMEAppend(f.ni, f.ctl_pt, &me, PTL_PRIORITY_LIST, nullptr, &f.tx_pool_me);
 }
 
+// Every ME goes before its portal can be freed (PTL_PT_IN_USE otherwise, and the portal
+// table has room for only about 60 ifaces).
 void release_objects(Iface &f) {
     f.am_rx.cleanup();
     f.tag_rx.cleanup();
+    for (uct_tag_context_t *ctx : f.posted) PtlMEUnlink(tag_recv(ctx)->me);
+    f.posted.clear();
+    for (Op &op : f.ops)
+        if (op.type == OpType::Rndv && op.src_me != PTL_INVALID_HANDLE) PtlMEUnlink(op.src_me);
     if (f.tx_pool_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.tx_pool_me);
     for (ptl_pt_index_t *pt : {&f.am_pt, &f.tag_pt, &f.ctl_pt}) {
-        if (*pt != PTL_PT_ANY) PtlPTFree(f.ni, *pt);
+        if (*pt != PTL_PT_ANY) {
+            const int rc = PtlPTFree(f.ni, *pt);
+            if (rc != PTL_OK) ucs_warn("portals: portal %u not freed: %d", *pt, rc);
+        }
         *pt = PTL_PT_ANY;
     }
     if (f.md != PTL_INVALID_HANDLE) PtlMDRelease(f.md);
@@ -297,9 +306,7 @@ Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
     if (!op) return nullptr;
     free_ops = op->next_free;
     ++ops_in_flight;
-    Op *next = nullptr;
     *op = Op{};
-    op->next_free = next;
     op->type = t;
     op->ep = ep;
     op->comp = comp;

@@ -20,6 +20,7 @@ extern "C" {
 #include <cstdint>
 #include <deque>
 #include <set>
+#include <unordered_set>
 #include <vector>
 
 #include "rx_pool.h"
@@ -161,7 +162,7 @@ struct Iface {
     RxPool am_rx, tag_rx;
     std::deque<RxEvent> rx_fifo;
     std::deque<uct_tag_context_t *> cancelled;  // completed_cb(UCS_ERR_CANCELED) to report
-    unsigned tags_posted = 0;
+    std::unordered_set<uct_tag_context_t *> posted;  // receives whose ME is linked
     uct_tag_unexp_eager_cb_t eager_cb = nullptr;
     void *eager_arg = nullptr;
     uct_tag_unexp_rndv_cb_t rndv_cb = nullptr;

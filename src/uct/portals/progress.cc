@@ -144,7 +144,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         r.unexpected = false;
         r.ctx = static_cast<uct_tag_context_t *>(ev.user_ptr);
         tag_recv(r.ctx)->state = kTagMatched;
-        --tags_posted;
+        posted.erase(r.ctx);
         r.buf.data = static_cast<char *>(ev.start);
         r.buf.length = ev.mlength;
         return;
@@ -247,7 +247,6 @@ void Iface::deliver_expected(RxEvent &r) {
     ++tag_expected;
     const ptl_event_t &ev = r.ev;
     uct_tag_context_t *ctx = r.ctx;
-    TagRecv *t = tag_recv(ctx);
     ctx->tag_consumed_cb(ctx);
     switch (r.msg.kind) {
         case MsgKind::TagEager:
@@ -262,7 +261,6 @@ void Iface::deliver_expected(RxEvent &r) {
             return;
         default:
             ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR);
-            (void)t;
             return;
     }
 }

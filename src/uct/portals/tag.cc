@@ -126,11 +126,11 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
 
 // The receiver finished the rendezvous in software (it had no posted receive): forget the
 // operation without completing it.
-extern "C" ucs_status_t uct_portals_ep_tag_rndv_cancel(uct_ep_h, void *opaque) {
+extern "C" ucs_status_t uct_portals_ep_tag_rndv_cancel(uct_ep_h tl_ep, void *opaque) {
     Op *op = static_cast<Op *>(opaque);
-    Iface *f = op->ep ? op->ep->iface : nullptr;
+    Iface *f = iface_of_ep(tl_ep);
     op->comp = nullptr;
-    if (PtlMEUnlink(op->src_me) == PTL_OK && f) {
+    if (PtlMEUnlink(op->src_me) == PTL_OK) {
         f->put_op(op);
     } else {
         op->cancelled = true;  // its GET event is on its way; it is released then
@@ -154,7 +154,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
                                                          uct_tag_context_t *ctx) {
     Iface *f = iface_of(tl_iface);
     UCT_CHECK_PARAM(iovcnt <= 1, "tag_recv_zcopy: iovcnt %zu > 1", iovcnt);
-    if (f->tags_posted >= f->tm_list_size) return UCS_ERR_EXCEEDS_LIMIT;
+    if (f->posted.size() >= f->tm_list_size) return UCS_ERR_EXCEEDS_LIMIT;
     TagRecv *t = tag_recv(ctx);
     t->buffer = iovcnt ? iov[0].buffer : nullptr;
     t->length = iovcnt ? uct_iov_get_length(iov) : 0;
@@ -172,7 +172,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
     t->state = kTagPosted;
-    ++f->tags_posted;
+    f->posted.insert(ctx);
     return UCS_OK;
 }
 
@@ -184,7 +184,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     Iface *f = iface_of(tl_iface);
     TagRecv *t = tag_recv(ctx);
     if (t->state == kTagPosted && PtlMEUnlink(t->me) == PTL_OK) {
-        --f->tags_posted;
+        f->posted.erase(ctx);
         t->state = kTagCancelled;
         if (!force) f->cancelled.push_back(ctx);
         return UCS_OK;
