@@ -46,6 +46,19 @@ ssize_t uct_portals::gather(Iface *f, int *desc, const void *header, size_t head
     return ssize_t(header_length + n);
 }
 
+ssize_t uct_portals::pack_into_desc(Iface *f, int *desc, uct_pack_callback_t pack_cb, void *arg,
+                                    const char *what) {
+    *desc = f->get_tx_desc();
+    if (*desc < 0) return UCS_ERR_NO_RESOURCE;
+    const size_t length = pack_cb(f->tx_desc_addr(*desc), arg);
+    if (length > f->seg_size) {
+        f->tx_free.push_back(*desc);
+        ucs_error("portals: %s packed %zu bytes, more than seg_size %zu", what, length, f->seg_size);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    return ssize_t(length);
+}
+
 extern "C" ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
                                                 const void *payload, unsigned length) {
     Ep *ep = ep_of(tl_ep);
@@ -78,15 +91,11 @@ extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_
     Iface *f = ep->iface;
     UCT_CHECK_AM_ID(id);
     if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
-    const int d = f->get_tx_desc();
-    const size_t length = pack_cb(f->tx_desc_addr(d), arg);
-    if (length > f->seg_size) {
-        f->tx_free.push_back(d);
-        ucs_error("portals: am_bcopy packed %zu bytes, more than seg_size %zu", length, f->seg_size);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, length, nullptr);
-    return s == UCS_OK ? ssize_t(length) : ssize_t(s);
+    int d;
+    const ssize_t length = pack_into_desc(f, &d, pack_cb, arg, "am_bcopy");
+    if (length < 0) return length;
+    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(length), nullptr);
+    return s == UCS_OK ? length : ssize_t(s);
 }
 
 extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,

@@ -24,17 +24,7 @@ ptl_md_t whole_memory_md(ptl_handle_eq_t eq, unsigned options) {
 }
 
 int append_tx_pool_me(Iface &f) {
-    ptl_me_t me{};
-    me.start = f.tx_buf;
-    me.length = f.tx_stride * f.tx_free.size();
-    me.ct_handle = PTL_CT_NONE;
-    me.uid = PTL_UID_ANY;
-    me.options = PTL_ME_OP_GET | PTL_ME_IS_ACCESSIBLE | PTL_ME_EVENT_LINK_DISABLE |
-                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE;
-    me.match_id.phys.nid = PTL_NID_ANY;
-    me.match_id.phys.pid = PTL_PID_ANY;
-    me.match_bits = kTxPoolBits;
-    me.ignore_bits = 0;
+    const ptl_me_t me = make_me(f.tx_buf, f.tx_stride * f.tx_free.size(), PTL_ME_OP_GET, kTxPoolBits, 0);
     return PtlMEAppend(f.ni, f.ctl_pt, &me, PTL_PRIORITY_LIST, nullptr, &f.tx_pool_me);
 }
 

@@ -23,6 +23,7 @@ extern "C" {
 #include <unordered_set>
 #include <vector>
 
+#include "me.h"
 #include "rx_pool.h"
 
 namespace uct_portals {
@@ -221,6 +222,9 @@ namespace uct_portals {
 // UCS_ERR_NO_RESOURCE when no buffer is free.
 ssize_t gather(Iface *f, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
                size_t iovcnt);
+
+// Packs into a free send buffer (*desc); returns the length, or an error (buffer released).
+ssize_t pack_into_desc(Iface *f, int *desc, uct_pack_callback_t pack_cb, void *arg, const char *what);
 
 // Engine return codes to UCX statuses.
 ucs_status_t status_of(int ptl_rc);

@@ -41,18 +41,10 @@ ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flag
     if (!h) return UCS_ERR_NO_MEMORY;
     h->key = md->next_key++;
     h->base = reinterpret_cast<uintptr_t>(address);
-    ptl_me_t me{};
-    me.start = address;
-    me.length = length;
-    me.ct_handle = PTL_CT_NONE;
-    me.uid = PTL_UID_ANY;
-    me.options = PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_IS_ACCESSIBLE | PTL_ME_EVENT_COMM_DISABLE |
-                 PTL_ME_EVENT_SUCCESS_DISABLE | PTL_ME_EVENT_LINK_DISABLE |
-                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE;
-    me.match_id.phys.nid = PTL_NID_ANY;
-    me.match_id.phys.pid = PTL_PID_ANY;
-    me.match_bits = h->key;
-    me.ignore_bits = 0;
+    const ptl_me_t me = make_me(address, length,
+                                PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_COMM_DISABLE |
+                                        PTL_ME_EVENT_SUCCESS_DISABLE,
+                                h->key, 0);
     const int rc = PtlMEAppend(md->ni, md->rma_pt, &me, PTL_PRIORITY_LIST, h, &h->me);
     if (rc != PTL_OK) {
         std::free(h);

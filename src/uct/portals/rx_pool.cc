@@ -1,5 +1,7 @@
 #include "rx_pool.h"
 
+#include "me.h"
+
 extern "C" {
 #include <ucs/debug/log.h>
 }
@@ -21,19 +23,8 @@ void fetched_release_cb(uct_recv_desc_t *, void *desc) {
 uct_recv_desc_t fetched_release = {fetched_release_cb};
 
 ptl_me_t slot_me(void *start, size_t length) {
-    ptl_me_t me{};
-    me.start = start;
-    me.length = length;
-    me.ct_handle = PTL_CT_NONE;
-    me.uid = PTL_UID_ANY;
-    me.options = PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL | PTL_ME_IS_ACCESSIBLE |
-                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE |
-                 PTL_ME_EVENT_LINK_DISABLE;
-    me.match_id.phys.nid = PTL_NID_ANY;
-    me.match_id.phys.pid = PTL_PID_ANY;
-    me.match_bits = 0;
-    me.ignore_bits = ~ptl_match_bits_t(0);
-    return me;
+    return make_me(start, length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, 0,
+                   ~ptl_match_bits_t(0));
 }
 
 }  // namespace

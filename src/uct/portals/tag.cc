@@ -47,15 +47,11 @@ extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag,
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
-    const int d = f->get_tx_desc();
-    const size_t length = pack_cb(f->tx_desc_addr(d), arg);
-    if (length > f->seg_size) {
-        f->tx_free.push_back(d);
-        ucs_error("portals: tag_eager_bcopy packed %zu bytes, more than seg_size %zu", length, f->seg_size);
-        return UCS_ERR_INVALID_PARAM;
-    }
-    const ucs_status_t s = eager_send(ep, tag, imm, d, length, nullptr);
-    return s == UCS_OK ? ssize_t(length) : ssize_t(s);
+    int d;
+    const ssize_t length = pack_into_desc(f, &d, pack_cb, arg, "tag_eager_bcopy");
+    if (length < 0) return length;
+    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(length), nullptr);
+    return s == UCS_OK ? length : ssize_t(s);
 }
 
 extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
@@ -96,16 +92,7 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
     op->length = sizeof(RndvInfo) + header_length;
     f->tx_owner[size_t(d)] = op;
 
-    ptl_me_t me{};
-    me.start = v->buffer;
-    me.length = length;
-    me.ct_handle = PTL_CT_NONE;
-    me.uid = PTL_UID_ANY;
-    me.options = PTL_ME_OP_GET | PTL_ME_USE_ONCE | PTL_ME_IS_ACCESSIBLE | PTL_ME_EVENT_LINK_DISABLE |
-                 PTL_ME_EVENT_UNLINK_DISABLE | PTL_ME_UNEXPECTED_HDR_DISABLE;
-    me.match_id = ep->peer;
-    me.match_bits = kRndvBits | key;
-    me.ignore_bits = 0;
+    const ptl_me_t me = make_me(v->buffer, length, PTL_ME_OP_GET | PTL_ME_USE_ONCE, kRndvBits | key, 0, ep->peer);
     int rc = PtlMEAppend(f->ni, f->ctl_pt, &me, PTL_PRIORITY_LIST, op, &op->src_me);
     if (rc == PTL_OK) {
         RndvInfo info{length, reinterpret_cast<uintptr_t>(v->buffer), rkey_for(f, v, key)};
@@ -158,17 +145,8 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
     TagRecv *t = tag_recv(ctx);
     t->buffer = iovcnt ? iov[0].buffer : nullptr;
     t->length = iovcnt ? uct_iov_get_length(iov) : 0;
-    ptl_me_t me{};
-    me.start = t->buffer;
-    me.length = t->length;
-    me.ct_handle = PTL_CT_NONE;
-    me.uid = PTL_UID_ANY;
-    me.options = PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL | PTL_ME_IS_ACCESSIBLE |
-                 PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_UNLINK_DISABLE;
-    me.match_id.phys.nid = PTL_NID_ANY;
-    me.match_id.phys.pid = PTL_PID_ANY;
-    me.match_bits = tag;
-    me.ignore_bits = ~tag_mask;
+    const ptl_me_t me = make_me(t->buffer, t->length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, tag,
+                                ~tag_mask);
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
     t->state = kTagPosted;
