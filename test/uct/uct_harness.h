@@ -58,8 +58,12 @@ struct Channel {
         std::vector<char> v = recv();
         EXPECT_EQ(std::string(v.begin(), v.end()), s);
     }
-    template <typename T> void send_pod(const T &v) const { send(&v, sizeof v); }
-    template <typename T> T recv_pod() const {
+    template <typename T>
+    void send_pod(const T &v) const {
+        send(&v, sizeof v);
+    }
+    template <typename T>
+    T recv_pod() const {
         std::vector<char> v = recv();
         T t{};
         EXPECT_EQ(v.size(), sizeof t);
@@ -71,7 +75,9 @@ private:
     void read_all(void *p, size_t n, int timeout_ms) const {
         char *c = static_cast<char *>(p);
         while (n) {
-            struct pollfd pfd{fd, POLLIN, 0};
+            struct pollfd pfd {
+                fd, POLLIN, 0
+            };
             if (poll(&pfd, 1, timeout_ms) <= 0) {
                 ADD_FAILURE() << "peer process did not answer within " << timeout_ms << " ms";
                 std::memset(c, 0, n);
@@ -90,7 +96,8 @@ private:
 };
 
 // Runs `parent` here and `child` in a forked process; the child's failures fail the test.
-inline void run_pair(const std::function<void(Channel &)> &parent, const std::function<void(Channel &)> &child) {
+inline void run_pair(const std::function<void(Channel &)> &parent,
+                     const std::function<void(Channel &)> &child) {
     int sv[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     fflush(nullptr);
@@ -114,11 +121,14 @@ inline void run_pair(const std::function<void(Channel &)> &parent, const std::fu
             ADD_FAILURE() << "child process timed out";
             break;
         }
-        struct timespec ts{0, 1000000};
+        struct timespec ts {
+            0, 1000000
+        };
         nanosleep(&ts, nullptr);
     }
     close(sv[0]);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child process failed (status " << status << ")";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "child process failed (status " << status << ")";
 }
 
 // One side: md, worker and an iface on device "lo" of the portals transport.
@@ -154,7 +164,8 @@ struct Side {
         ASSERT_EQ(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), UCS_OK);
         uct_iface_config_t *ic;
         ASSERT_EQ(uct_md_iface_config_read(md, "portals", nullptr, nullptr, &ic), UCS_OK);
-        for (const auto &kv : config) ASSERT_EQ(uct_config_modify(ic, kv.first.c_str(), kv.second.c_str()), UCS_OK);
+        for (const auto &kv : config)
+            ASSERT_EQ(uct_config_modify(ic, kv.first.c_str(), kv.second.c_str()), UCS_OK);
         uct_iface_params_t p{};
         p.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
                        UCT_IFACE_PARAM_FIELD_RX_HEADROOM;
@@ -184,8 +195,10 @@ struct Side {
 
     std::vector<char> address() const {
         std::vector<char> a(dev_len + iface_len);
-        EXPECT_EQ(uct_iface_get_device_address(iface, reinterpret_cast<uct_device_addr_t *>(a.data())), UCS_OK);
-        EXPECT_EQ(uct_iface_get_address(iface, reinterpret_cast<uct_iface_addr_t *>(a.data() + dev_len)), UCS_OK);
+        EXPECT_EQ(uct_iface_get_device_address(iface, reinterpret_cast<uct_device_addr_t *>(a.data())),
+                  UCS_OK);
+        EXPECT_EQ(uct_iface_get_address(iface, reinterpret_cast<uct_iface_addr_t *>(a.data() + dev_len)),
+                  UCS_OK);
         return a;
     }
 
@@ -216,7 +229,8 @@ struct Side {
     void flush(uct_ep_h ep) const {
         EXPECT_TRUE(wait([&] {
             const ucs_status_t s = uct_ep_flush(ep, 0, nullptr);
-            EXPECT_TRUE(s == UCS_OK || s == UCS_INPROGRESS || s == UCS_ERR_NO_RESOURCE) << ucs_status_string(s);
+            EXPECT_TRUE(s == UCS_OK || s == UCS_INPROGRESS || s == UCS_ERR_NO_RESOURCE)
+                << ucs_status_string(s);
             return s == UCS_OK;
         })) << "flush did not complete";
     }
@@ -240,7 +254,9 @@ struct Counted {
 };
 
 // The byte a test writes at offset i of a buffer with seed s.
-inline uint8_t pattern(size_t i, unsigned s) { return uint8_t((i * 131 + s * 17 + (i >> 8)) & 0xff); }
+inline uint8_t pattern(size_t i, unsigned s) {
+    return uint8_t((i * 131 + s * 17 + (i >> 8)) & 0xff);
+}
 inline void fill(void *p, size_t n, unsigned s) {
     for (size_t i = 0; i < n; ++i) static_cast<uint8_t *>(p)[i] = pattern(i, s);
 }

@@ -3,8 +3,8 @@
 #include <sys/mman.h>
 
 #include <atomic>
-#include <thread>
 #include <deque>
+#include <thread>
 
 #include "uct_harness.h"
 
@@ -47,16 +47,17 @@ size_t pack(void *dest, void *arg) {
 TEST(UctPortals, AdvertisesWhatUcpNeedsForTagOffload) {
     Side s;
     s.open();
-    const uint64_t need = UCT_IFACE_FLAG_TAG_EAGER_BCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
-                          UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
-                          UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_ZCOPY |
-                          UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_CONNECT_TO_IFACE;
+    const uint64_t need = UCT_IFACE_FLAG_TAG_EAGER_BCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY |
+                          UCT_IFACE_FLAG_GET_ZCOPY | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_AM_SHORT |
+                          UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
+                          UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_ATOMIC_DEVICE |
+                          UCT_IFACE_FLAG_CONNECT_TO_IFACE;
     EXPECT_EQ(s.attr.cap.flags & need, need);
     EXPECT_GE(s.attr.cap.tag.rndv.max_hdr, 17u);
     EXPECT_TRUE(s.attr.cap.event_flags & UCT_IFACE_FLAG_EVENT_FD);
     for (auto *a : {&s.attr.cap.atomic32, &s.attr.cap.atomic64}) {
-        EXPECT_EQ(a->op_flags, UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) | UCS_BIT(UCT_ATOMIC_OP_OR) |
-                                       UCS_BIT(UCT_ATOMIC_OP_XOR));
+        EXPECT_EQ(a->op_flags, UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) |
+                                   UCS_BIT(UCT_ATOMIC_OP_OR) | UCS_BIT(UCT_ATOMIC_OP_XOR));
         EXPECT_TRUE(a->fop_flags & UCS_BIT(UCT_ATOMIC_OP_CSWAP));
         EXPECT_TRUE(a->fop_flags & UCS_BIT(UCT_ATOMIC_OP_SWAP));
     }
@@ -93,7 +94,8 @@ TEST(UctPortals, ActiveMessagesInOrderEvenWithoutReceiveDescriptors) {
         },
         [&](Channel &c) {
             Side s;
-            s.open({{"TX_DESCS", "1024"}, {"TX_QUEUE_LEN", "1024"}});  // room for all: no progress on the far side yet
+            s.open({{"TX_DESCS", "1024"},
+                    {"TX_QUEUE_LEN", "1024"}});  // room for all: no progress on the far side yet
             uct_ep_h ep = s.connect(c.recv());
             // zcopy sources stay untouched until their completion, which needs the receiver.
             std::vector<std::vector<char>> bufs(kCount, std::vector<char>(8192));
@@ -164,7 +166,9 @@ struct Remote {
     void release(Side &s) { uct_rkey_release(s.component, &rkey); }
 };
 
-void unpack_cb(void *arg, const void *data, size_t length) { std::memcpy(arg, data, length); }
+void unpack_cb(void *arg, const void *data, size_t length) {
+    std::memcpy(arg, data, length);
+}
 
 // A passive peer: exposes `size` bytes, sends where they are, then serves until "done" and
 // returns the final contents to the active side for checking.
@@ -225,7 +229,8 @@ TEST(UctPortals, PutThenGetEverySizeAndFlavour) {
                     std::memset(dst.data(), 0, len);
                     Counted got;
                     if (len <= s.attr.cap.get.max_bcopy && flavour != 2) {
-                        st = uct_ep_get_bcopy(ep, unpack_cb, dst.data(), len, r.addr + off, r.rkey.rkey, &got.comp);
+                        st = uct_ep_get_bcopy(ep, unpack_cb, dst.data(), len, r.addr + off, r.rkey.rkey,
+                                              &got.comp);
                     } else {
                         uct_iov_t iov{dst.data(), len, dst_mh, len, 1};
                         st = uct_ep_get_zcopy(ep, &iov, 1, r.addr + off, r.rkey.rkey, &got.comp);
@@ -233,7 +238,8 @@ TEST(UctPortals, PutThenGetEverySizeAndFlavour) {
                     ASSERT_EQ(st, UCS_INPROGRESS);
                     ASSERT_TRUE(s.wait([&] { return got.done == 1; }));
                     EXPECT_EQ(got.status, UCS_OK);
-                    EXPECT_EQ(first_mismatch(dst.data(), len, seed), len) << "len " << len << " flavour " << flavour;
+                    EXPECT_EQ(first_mismatch(dst.data(), len, seed), len)
+                        << "len " << len << " flavour " << flavour;
                     s.flush(ep);
                     if (flavour == 2) {
                         EXPECT_EQ(done.done, 1);
@@ -289,16 +295,18 @@ TEST(UctPortals, AtomicsReturnAndLeaveTheRightValues) {
                                   {UCT_ATOMIC_OP_XOR, [](uint64_t x, uint64_t y) { return x ^ y; }}};
             for (const Post &p : posts) {
                 ASSERT_EQ(uct_ep_atomic64_post(ep, uct_atomic_op_t(p.op), a64, r.addr, r.rkey.rkey), UCS_OK);
-                ASSERT_EQ(uct_ep_atomic32_post(ep, uct_atomic_op_t(p.op), a32, r.addr + 8, r.rkey.rkey), UCS_OK);
+                ASSERT_EQ(uct_ep_atomic32_post(ep, uct_atomic_op_t(p.op), a32, r.addr + 8, r.rkey.rkey),
+                          UCS_OK);
                 v64 = p.f64(v64, a64);
                 v32 = uint32_t(p.f64(v32, a32));
                 uint64_t got64 = 0;
                 uint32_t got32 = 0;
                 Counted f(2);
-                ASSERT_EQ(uct_ep_atomic64_fetch(ep, uct_atomic_op_t(p.op), a64, &got64, r.addr, r.rkey.rkey, &f.comp),
-                          UCS_INPROGRESS);
-                ASSERT_EQ(uct_ep_atomic32_fetch(ep, uct_atomic_op_t(p.op), a32, &got32, r.addr + 8, r.rkey.rkey,
+                ASSERT_EQ(uct_ep_atomic64_fetch(ep, uct_atomic_op_t(p.op), a64, &got64, r.addr, r.rkey.rkey,
                                                 &f.comp),
+                          UCS_INPROGRESS);
+                ASSERT_EQ(uct_ep_atomic32_fetch(ep, uct_atomic_op_t(p.op), a32, &got32, r.addr + 8,
+                                                r.rkey.rkey, &f.comp),
                           UCS_INPROGRESS);
                 ASSERT_TRUE(s.wait([&] { return f.done == 1; }));
                 EXPECT_EQ(got64, v64) << "op " << p.op;
@@ -311,19 +319,22 @@ TEST(UctPortals, AtomicsReturnAndLeaveTheRightValues) {
             Counted f(4);
             ASSERT_EQ(uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_SWAP, 42, &old64, r.addr, r.rkey.rkey, &f.comp),
                       UCS_INPROGRESS);
-            ASSERT_EQ(uct_ep_atomic32_fetch(ep, UCT_ATOMIC_OP_SWAP, 43, &old32, r.addr + 8, r.rkey.rkey, &f.comp),
-                      UCS_INPROGRESS);
+            ASSERT_EQ(
+                uct_ep_atomic32_fetch(ep, UCT_ATOMIC_OP_SWAP, 43, &old32, r.addr + 8, r.rkey.rkey, &f.comp),
+                UCS_INPROGRESS);
             uint64_t c64 = 0, c64_miss = 0;
             uint32_t c32 = 0;
             ASSERT_EQ(uct_ep_atomic_cswap64(ep, 42, 7, r.addr, r.rkey.rkey, &c64, &f.comp), UCS_INPROGRESS);
-            ASSERT_EQ(uct_ep_atomic_cswap32(ep, 43, 9, r.addr + 8, r.rkey.rkey, &c32, &f.comp), UCS_INPROGRESS);
+            ASSERT_EQ(uct_ep_atomic_cswap32(ep, 43, 9, r.addr + 8, r.rkey.rkey, &c32, &f.comp),
+                      UCS_INPROGRESS);
             ASSERT_TRUE(s.wait([&] { return f.done == 1; }));
             EXPECT_EQ(old64, v64);
             EXPECT_EQ(old32, v32);
             EXPECT_EQ(c64, 42u);
             EXPECT_EQ(c32, 43u);
             Counted g;
-            ASSERT_EQ(uct_ep_atomic_cswap64(ep, 42, 1000, r.addr, r.rkey.rkey, &c64_miss, &g.comp), UCS_INPROGRESS);
+            ASSERT_EQ(uct_ep_atomic_cswap64(ep, 42, 1000, r.addr, r.rkey.rkey, &c64_miss, &g.comp),
+                      UCS_INPROGRESS);
             ASSERT_TRUE(s.wait([&] { return g.done == 1; }));
             EXPECT_EQ(c64_miss, 7u);  // no swap: the value was 7
             s.flush(ep);
@@ -363,16 +374,23 @@ ucs_status_t unexp_eager(void *arg, void *data, size_t length, unsigned flags, u
     EXPECT_TRUE(flags & UCT_CB_PARAM_FLAG_FIRST);
     EXPECT_FALSE(flags & UCT_CB_PARAM_FLAG_MORE);
     auto *rx = static_cast<TagRx *>(arg);
-    rx->unexp.push_back({stag, imm, {static_cast<char *>(data), static_cast<char *>(data) + length}, false, 0, 0, {}});
+    rx->unexp.push_back(
+        {stag, imm, {static_cast<char *>(data), static_cast<char *>(data) + length}, false, 0, 0, {}});
     return UCS_OK;
 }
 
 ucs_status_t unexp_rndv(void *arg, unsigned, uint64_t stag, const void *header, unsigned header_length,
                         uint64_t remote_addr, size_t length, const void *rkey_buf) {
     auto *rx = static_cast<TagRx *>(arg);
-    TagRx::Unexp u{stag, 0, {static_cast<const char *>(header), static_cast<const char *>(header) + header_length},
-                   true, remote_addr, length, {}};
-    if (rkey_buf) u.rkey.assign(static_cast<const char *>(rkey_buf), static_cast<const char *>(rkey_buf) + 24);
+    TagRx::Unexp u{stag,
+                   0,
+                   {static_cast<const char *>(header), static_cast<const char *>(header) + header_length},
+                   true,
+                   remote_addr,
+                   length,
+                   {}};
+    if (rkey_buf)
+        u.rkey.assign(static_cast<const char *>(rkey_buf), static_cast<const char *>(rkey_buf) + 24);
     rx->unexp.push_back(u);
     return UCS_OK;
 }
@@ -440,11 +458,11 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
                 uct_iov_t iov{bufs.back().data(), len, nullptr, len, 1};
                 ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, tag, mask, &iov, 1, &posted.back().ctx), UCS_OK);
             };
-            post(0x100, ~0ull, 4096);                   // eager bcopy, imm 77
-            post(0x200, ~0ull, 8192);                   // eager zcopy
-            post(0xabc0000, 0xffff0000ull, 4096);       // wildcard: matches 0xabc1234
+            post(0x100, ~0ull, 4096);              // eager bcopy, imm 77
+            post(0x200, ~0ull, 8192);              // eager zcopy
+            post(0xabc0000, 0xffff0000ull, 4096);  // wildcard: matches 0xabc1234
             for (size_t i = 0; i < rndv_sizes.size(); ++i) post(0x300 + i, ~0ull, rndv_sizes[i]);
-            post(0x400, ~0ull, 256);                    // rendezvous request (software)
+            post(0x400, ~0ull, 256);  // rendezvous request (software)
             c.signal("posted");
             ASSERT_TRUE(s.wait([&] {
                 for (const Posted &p : posted)
@@ -465,7 +483,7 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
                 EXPECT_EQ(p.status, UCS_OK);
                 EXPECT_EQ(p.length, rndv_sizes[i]);
                 EXPECT_EQ(first_mismatch(bufs[3 + i].data(), rndv_sizes[i], unsigned(10 + i)), rndv_sizes[i])
-                        << "rendezvous of " << rndv_sizes[i];
+                    << "rendezvous of " << rndv_sizes[i];
             }
             const Posted &req = posted.back();
             EXPECT_TRUE(req.rndv_req);
@@ -527,12 +545,13 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
                 data.emplace_back(rndv_sizes[i]);
                 fill(data.back().data(), rndv_sizes[i], unsigned(10 + i));
                 uct_mem_h mh;
-                ASSERT_EQ(uct_md_mem_reg(s.md, data.back().data(), rndv_sizes[i], UCT_MD_MEM_ACCESS_ALL, &mh), UCS_OK);
+                ASSERT_EQ(uct_md_mem_reg(s.md, data.back().data(), rndv_sizes[i], UCT_MD_MEM_ACCESS_ALL, &mh),
+                          UCS_OK);
                 rdone.emplace_back();
                 uct_iov_t iov{data.back().data(), rndv_sizes[i], mh, rndv_sizes[i], 1};
                 const char hdr[] = "ucp header";
-                ucs_status_ptr_t op = uct_ep_tag_rndv_zcopy(ep, 0x300 + i, hdr, sizeof hdr - 1, &iov, 1, 0,
-                                                            &rdone.back().comp);
+                ucs_status_ptr_t op =
+                    uct_ep_tag_rndv_zcopy(ep, 0x300 + i, hdr, sizeof hdr - 1, &iov, 1, 0, &rdone.back().comp);
                 ASSERT_FALSE(UCS_PTR_IS_ERR(op));
             }
             const char sw[] = "software rendezvous";
@@ -555,7 +574,8 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
             Counted never;
             uct_iov_t iov{big.data(), big.size(), mh, big.size(), 1};
             const char hdr[] = "ucp header";
-            ucs_status_ptr_t op = uct_ep_tag_rndv_zcopy(ep, 0x600, hdr, sizeof hdr - 1, &iov, 1, 0, &never.comp);
+            ucs_status_ptr_t op =
+                uct_ep_tag_rndv_zcopy(ep, 0x600, hdr, sizeof hdr - 1, &iov, 1, 0, &never.comp);
             ASSERT_FALSE(UCS_PTR_IS_ERR(op));
             ASSERT_EQ(uct_ep_tag_rndv_request(ep, 0x700, sw, sizeof sw - 1, 0), UCS_OK);
             c.send(s.address().data(), s.address().size());
@@ -583,7 +603,7 @@ TEST(UctPortals, TagCancelWithAndWithoutForce) {
             std::vector<char> b1(64), b2(64), b3(64);
             Posted p1, p2, p3;
             uct_iov_t i1{b1.data(), 64, nullptr, 64, 1}, i2{b2.data(), 64, nullptr, 64, 1},
-                    i3{b3.data(), 64, nullptr, 64, 1};
+                i3{b3.data(), 64, nullptr, 64, 1};
             ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 1, ~0ull, &i1, 1, &p1.ctx), UCS_OK);
             ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 2, ~0ull, &i2, 1, &p2.ctx), UCS_OK);
             ASSERT_EQ(uct_iface_tag_recv_cancel(s.iface, &p1.ctx, 0), UCS_OK);
@@ -692,7 +712,7 @@ TEST(UctPortals, PendingRunsWhenResourcesReturn) {
             ASSERT_EQ(uct_ep_pending_add(ep, &purged.req, 0), UCS_OK);
             int purged_count = 0;
             uct_ep_pending_purge(
-                    ep, [](uct_pending_req_t *, void *arg) { ++*static_cast<int *>(arg); }, &purged_count);
+                ep, [](uct_pending_req_t *, void *arg) { ++*static_cast<int *>(arg); }, &purged_count);
             EXPECT_EQ(purged_count, 1);
             EXPECT_EQ(purged.calls, 0);
             s.flush(ep);
@@ -716,7 +736,9 @@ TEST(UctPortals, WakeupOnTheEventFd) {
             c.send(s.address().data(), s.address().size());
             ASSERT_EQ(uct_iface_event_arm(s.iface, UCT_EVENT_RECV), UCS_OK);
             c.signal("armed");
-            struct pollfd pfd{fd, POLLIN, 0};
+            struct pollfd pfd {
+                fd, POLLIN, 0
+            };
             ASSERT_EQ(poll(&pfd, 1, 20000), 1) << "no wake-up";
             EXPECT_EQ(uct_iface_event_arm(s.iface, UCT_EVENT_RECV), UCS_ERR_BUSY);
             ASSERT_TRUE(s.wait([&] { return log.msgs.size() == 1; }));

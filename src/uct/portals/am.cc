@@ -12,8 +12,7 @@ extern "C" {
 using namespace uct_portals;
 
 ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
-                                      uint64_t hdr_data, int tx_desc, size_t length,
-                                      uct_completion_t *comp) {
+                                      uint64_t hdr_data, int tx_desc, size_t length, uct_completion_t *comp) {
     Iface *f = ep->iface;
     Op *op = f->get_op(ep, OpType::Send, comp);
     if (!op) {

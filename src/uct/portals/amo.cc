@@ -22,10 +22,11 @@ const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
     return reinterpret_cast<const uct_portals_rkey_t *>(rkey);
 }
 
-ucs_status_t post(uct_ep_h tl_ep, unsigned opcode, uint64_t value, unsigned size,
-                  uint64_t remote_addr, uct_rkey_t rkey) {
+ucs_status_t post(uct_ep_h tl_ep, unsigned opcode, uint64_t value, unsigned size, uint64_t remote_addr,
+                  uct_rkey_t rkey) {
     ptl_op_t op_kind;
-    if (!portals_op(opcode, &op_kind) || op_kind == PTL_SWAP || op_kind == PTL_CSWAP) return UCS_ERR_UNSUPPORTED;
+    if (!portals_op(opcode, &op_kind) || op_kind == PTL_SWAP || op_kind == PTL_CSWAP)
+        return UCS_ERR_UNSUPPORTED;
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     Op *op = f->get_op(ep, OpType::AtomicPost, nullptr);
@@ -86,25 +87,25 @@ extern "C" ucs_status_t uct_portals_ep_atomic64_post(uct_ep_h ep, unsigned opcod
 }
 
 extern "C" ucs_status_t uct_portals_ep_atomic32_fetch(uct_ep_h ep, uct_atomic_op_t opcode, uint32_t value,
-                                                      uint32_t *result, uint64_t remote_addr,
-                                                      uct_rkey_t rkey, uct_completion_t *comp) {
+                                                      uint32_t *result, uint64_t remote_addr, uct_rkey_t rkey,
+                                                      uct_completion_t *comp) {
     return fetch(ep, opcode, value, 0, result, 4, remote_addr, rkey, comp);
 }
 
 extern "C" ucs_status_t uct_portals_ep_atomic64_fetch(uct_ep_h ep, uct_atomic_op_t opcode, uint64_t value,
-                                                      uint64_t *result, uint64_t remote_addr,
-                                                      uct_rkey_t rkey, uct_completion_t *comp) {
+                                                      uint64_t *result, uint64_t remote_addr, uct_rkey_t rkey,
+                                                      uct_completion_t *comp) {
     return fetch(ep, opcode, value, 0, result, 8, remote_addr, rkey, comp);
 }
 
 extern "C" ucs_status_t uct_portals_ep_atomic_cswap32(uct_ep_h ep, uint32_t compare, uint32_t swap,
-                                                      uint64_t remote_addr, uct_rkey_t rkey,
-                                                      uint32_t *result, uct_completion_t *comp) {
+                                                      uint64_t remote_addr, uct_rkey_t rkey, uint32_t *result,
+                                                      uct_completion_t *comp) {
     return fetch(ep, UCT_ATOMIC_OP_CSWAP, swap, compare, result, 4, remote_addr, rkey, comp);
 }
 
 extern "C" ucs_status_t uct_portals_ep_atomic_cswap64(uct_ep_h ep, uint64_t compare, uint64_t swap,
-                                                      uint64_t remote_addr, uct_rkey_t rkey,
-                                                      uint64_t *result, uct_completion_t *comp) {
+                                                      uint64_t remote_addr, uct_rkey_t rkey, uint64_t *result,
+                                                      uct_completion_t *comp) {
     return fetch(ep, UCT_ATOMIC_OP_CSWAP, swap, compare, result, 8, remote_addr, rkey, comp);
 }

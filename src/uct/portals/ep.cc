@@ -51,7 +51,9 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
     return UCS_INPROGRESS;
 }
 
-extern "C" ucs_status_t uct_portals_ep_fence(uct_ep_h, unsigned) { return UCS_OK; }
+extern "C" ucs_status_t uct_portals_ep_fence(uct_ep_h, unsigned) {
+    return UCS_OK;
+}
 
 extern "C" ucs_status_t uct_portals_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req, unsigned) {
     Ep *ep = ep_of(tl_ep);

@@ -86,7 +86,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     if (rc == PTL_OK) {
         ptl_handle_ni_t again;
         // A second reference returns the NI's limits (§3.6.2); dropped again below.
-        rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, &lim, &again);
+        rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, &lim,
+                       &again);
         if (rc == PTL_OK) PtlNIFini(again);
         f->max_volatile = lim.max_volatile_size;
     }
@@ -101,7 +102,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     }
     for (ptl_pt_index_t *pt : {&f->am_pt, &f->tag_pt, &f->ctl_pt})
         if (rc == PTL_OK) rc = PtlPTAlloc(f->ni, 0, f->eq, PTL_PT_ANY, pt);
-    if (rc == PTL_OK) rc = f->am_rx.init(f->ni, f->am_pt, rx_descs, f->seg_size, f->rx_headroom, "active message");
+    if (rc == PTL_OK)
+        rc = f->am_rx.init(f->ni, f->am_pt, rx_descs, f->seg_size, f->rx_headroom, "active message");
     if (rc == PTL_OK) rc = f->tag_rx.init(f->ni, f->tag_pt, rx_descs, f->seg_size, f->rx_headroom, "tagged");
     if (rc == PTL_OK) {
         f->tx_stride = (f->seg_size + 63) & ~size_t(63);
@@ -117,21 +119,24 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     }
     if (rc == PTL_OK) {
         f->ops.resize(tx_queue_len);
-        for (unsigned i = 0; i < tx_queue_len; ++i) f->ops[i].next_free = i + 1 < tx_queue_len ? &f->ops[i + 1] : nullptr;
+        for (unsigned i = 0; i < tx_queue_len; ++i)
+            f->ops[i].next_free = i + 1 < tx_queue_len ? &f->ops[i + 1] : nullptr;
         f->free_ops = &f->ops[0];
         f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (f->event_fd < 0) rc = PTL_FAIL;
     }
     if (rc != PTL_OK) {
-        ucs_error("portals: opening an interface failed (Portals error %d); portal table has "
-                  "room for about 60 interfaces per process", rc);
+        ucs_error(
+            "portals: opening an interface failed (Portals error %d); portal table has "
+            "room for about 60 interfaces per process",
+            rc);
         release_objects(*f);
         delete f;
         uct->impl = nullptr;
         return status_of(rc);
     }
-    ucs_debug("portals: iface %p nid 0x%x pid %u portals am %u tag %u ctl %u", uct,
-              f->self.phys.nid, f->self.phys.pid, f->am_pt, f->tag_pt, f->ctl_pt);
+    ucs_debug("portals: iface %p nid 0x%x pid %u portals am %u tag %u ctl %u", uct, f->self.phys.nid,
+              f->self.phys.pid, f->am_pt, f->tag_pt, f->ctl_pt);
     return UCS_OK;
 }
 
@@ -142,10 +147,11 @@ extern "C" void uct_portals_iface_cleanup(uct_portals_iface_t *uct) {
     release_objects(*f);
     // UCX_LOG_LEVEL=info shows whether UCP's tag offload reached the engine's matching.
     if (f->tag_expected || f->tag_unexpected || f->truncated_fetches)
-        ucs_info("portals: iface %p closed: %lu tagged messages matched posted receives in the "
-                 "engine, %lu unexpected, %lu fetched after meeting a catch-all", uct,
-                 (unsigned long)f->tag_expected, (unsigned long)f->tag_unexpected,
-                 (unsigned long)f->truncated_fetches);
+        ucs_info(
+            "portals: iface %p closed: %lu tagged messages matched posted receives in the "
+            "engine, %lu unexpected, %lu fetched after meeting a catch-all",
+            uct, (unsigned long)f->tag_expected, (unsigned long)f->tag_unexpected,
+            (unsigned long)f->truncated_fetches);
     delete f;
 }
 
@@ -158,15 +164,14 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->device_addr_len = sizeof(uct_portals_device_addr_t);
     attr->ep_addr_len = 0;
     attr->max_conn_priv = 0;
-    attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT |
-                      UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT |
-                      UCT_IFACE_FLAG_PUT_BCOPY | UCT_IFACE_FLAG_PUT_ZCOPY |
-                      UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
+    attr->cap.flags = UCT_IFACE_FLAG_CONNECT_TO_IFACE | UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY |
+                      UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
+                      UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
                       UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
                       UCT_IFACE_FLAG_TAG_EAGER_SHORT | UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
                       UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY;
-    attr->cap.event_flags = UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV |
-                            UCT_IFACE_FLAG_EVENT_FD;
+    attr->cap.event_flags =
+        UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV | UCT_IFACE_FLAG_EVENT_FD;
 
     attr->cap.put.max_short = put_short;
     attr->cap.put.max_bcopy = put_short;
@@ -205,11 +210,11 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.tag.rndv.max_hdr = std::min(f->rndv_max_hdr, seg - sizeof(RndvInfo));
     attr->cap.tag.rndv.max_iov = 1;
 
-    const uint64_t ops = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) |
-                         UCS_BIT(UCT_ATOMIC_OP_OR) | UCS_BIT(UCT_ATOMIC_OP_XOR);
+    const uint64_t ops = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) | UCS_BIT(UCT_ATOMIC_OP_OR) |
+                         UCS_BIT(UCT_ATOMIC_OP_XOR);
     attr->cap.atomic32.op_flags = attr->cap.atomic64.op_flags = ops;
     attr->cap.atomic32.fop_flags = attr->cap.atomic64.fop_flags =
-            ops | UCS_BIT(UCT_ATOMIC_OP_SWAP) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
+        ops | UCS_BIT(UCT_ATOMIC_OP_SWAP) | UCS_BIT(UCT_ATOMIC_OP_CSWAP);
 
     attr->latency = ucs_linear_func_make(f->latency, 0);
     attr->bandwidth.dedicated = 0;
@@ -255,7 +260,9 @@ extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, 
 
 // The engine delivers and executes operations to a peer in issue order (the wires are
 // ordered and the target applies each message before the next), so there is nothing to fence.
-extern "C" ucs_status_t uct_portals_iface_fence(uct_iface_h, unsigned) { return UCS_OK; }
+extern "C" ucs_status_t uct_portals_iface_fence(uct_iface_h, unsigned) {
+    return UCS_OK;
+}
 
 extern "C" ucs_status_t uct_portals_iface_event_fd_get(uct_iface_h tl_iface, int *fd_p) {
     *fd_p = iface_of(tl_iface)->event_fd;
@@ -328,8 +335,10 @@ void Iface::complete_flushes(Ep *ep) {
     size_t kept = 0;
     std::vector<uct_completion_t *> done;
     for (auto &w : fl) {
-        if (w.first <= oldest) done.push_back(w.second);
-        else fl[kept++] = w;
+        if (w.first <= oldest)
+            done.push_back(w.second);
+        else
+            fl[kept++] = w;
     }
     fl.resize(kept);
     for (uct_completion_t *c : done) uct_invoke_completion(c, UCS_OK);
@@ -338,14 +347,9 @@ void Iface::complete_flushes(Ep *ep) {
 void Iface::complete_op(Op *op, ucs_status_t status) {
     if (status == UCS_OK) {
         switch (op->type) {
-            case OpType::GetBcopy:
-                op->unpack_cb(op->unpack_arg, op->bounce, op->length);
-                break;
-            case OpType::AtomicFetch:
-                std::memcpy(op->result, &op->fetched, op->result_size);
-                break;
-            default:
-                break;
+            case OpType::GetBcopy: op->unpack_cb(op->unpack_arg, op->bounce, op->length); break;
+            case OpType::AtomicFetch: std::memcpy(op->result, &op->fetched, op->result_size); break;
+            default: break;
         }
     }
     std::free(op->bounce);

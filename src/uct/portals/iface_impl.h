@@ -10,11 +10,11 @@
 #pragma once
 
 extern "C" {
-#include "uct_portals.h"
 #include <portals4_ext.h>
-#include <ucs/datastruct/queue.h>
 #include <ucs/datastruct/list.h>
+#include <ucs/datastruct/queue.h>
 #include <ucs/debug/log.h>
+#include "uct_portals.h"
 }
 
 #include <cstdint>
@@ -107,10 +107,10 @@ struct Op {
 struct RxEvent {
     ptl_event_t ev;
     MsgInfo msg{};
-    RecvBuf buf;              // where the message body is (a descriptor, or fetched)
-    bool ready = true;        // false while its data is being fetched
-    bool unexpected = true;   // false: matched a posted receive
-    bool converted = false;   // a force-cancelled receive's message, now unexpected
+    RecvBuf buf;             // where the message body is (a descriptor, or fetched)
+    bool ready = true;       // false while its data is being fetched
+    bool unexpected = true;  // false: matched a posted receive
+    bool converted = false;  // a force-cancelled receive's message, now unexpected
     uct_tag_context_t *ctx = nullptr;
 };
 
@@ -123,7 +123,9 @@ struct TagRecv {
 };
 enum TagState : uint8_t { kTagPosted = 1, kTagMatched, kTagFetching, kTagCancelled };
 static_assert(sizeof(TagRecv) <= UCT_TAG_PRIV_LEN, "TagRecv must fit in uct_tag_context_t::priv");
-inline TagRecv *tag_recv(uct_tag_context_t *ctx) { return reinterpret_cast<TagRecv *>(ctx->priv); }
+inline TagRecv *tag_recv(uct_tag_context_t *ctx) {
+    return reinterpret_cast<TagRecv *>(ctx->priv);
+}
 
 struct Ep {
     uct_portals_ep_t *uct = nullptr;
@@ -131,7 +133,7 @@ struct Ep {
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
     uint64_t next_seq = 0;
-    std::set<uint64_t> in_flight;  // seqs of ops not yet complete
+    std::set<uint64_t> in_flight;                                  // seqs of ops not yet complete
     std::vector<std::pair<uint64_t, uct_completion_t *>> flushes;  // complete when all < seq are
     ucs_queue_head_t pending;
     bool in_pending_list = false;
@@ -162,7 +164,7 @@ struct Iface {
     // receive side
     RxPool am_rx, tag_rx;
     std::deque<RxEvent> rx_fifo;
-    std::deque<uct_tag_context_t *> cancelled;  // completed_cb(UCS_ERR_CANCELED) to report
+    std::deque<uct_tag_context_t *> cancelled;       // completed_cb(UCS_ERR_CANCELED) to report
     std::unordered_set<uct_tag_context_t *> posted;  // receives whose ME is linked
     uct_tag_unexp_eager_cb_t eager_cb = nullptr;
     void *eager_arg = nullptr;
@@ -229,12 +231,18 @@ ssize_t pack_into_desc(Iface *f, int *desc, uct_pack_callback_t pack_cb, void *a
 // Engine return codes to UCX statuses.
 ucs_status_t status_of(int ptl_rc);
 
-inline Iface *iface_of(uct_iface_h tl) { return ucs_derived_of(tl, uct_portals_iface_t)->impl; }
-inline Iface *iface_of_ep(uct_ep_h ep) { return iface_of(ep->iface); }
-inline Ep *ep_of(uct_ep_h ep) { return ucs_derived_of(ep, uct_portals_ep_t)->impl; }
+inline Iface *iface_of(uct_iface_h tl) {
+    return ucs_derived_of(tl, uct_portals_iface_t)->impl;
+}
+inline Iface *iface_of_ep(uct_ep_h ep) {
+    return iface_of(ep->iface);
+}
+inline Ep *ep_of(uct_ep_h ep) {
+    return ucs_derived_of(ep, uct_portals_ep_t)->impl;
+}
 
 // Issue an operation on an ep, returning UCS_ERR_NO_RESOURCE when the iface is out of ops.
-ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
-                         uint64_t hdr_data, int tx_desc, size_t length, uct_completion_t *comp);
+ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits, uint64_t hdr_data,
+                         int tx_desc, size_t length, uct_completion_t *comp);
 
 }  // namespace uct_portals

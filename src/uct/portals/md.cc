@@ -34,22 +34,20 @@ ucs_status_t md_query(uct_md_h, uct_md_attr_t *attr) {
     return UCS_OK;
 }
 
-ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags,
-                     uct_mem_h *memh_p) {
+ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
     if (!h) return UCS_ERR_NO_MEMORY;
     h->key = md->next_key++;
     h->base = reinterpret_cast<uintptr_t>(address);
-    const ptl_me_t me = make_me(address, length,
-                                PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_COMM_DISABLE |
-                                        PTL_ME_EVENT_SUCCESS_DISABLE,
-                                h->key, 0);
+    const ptl_me_t me = make_me(
+        address, length,
+        PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_SUCCESS_DISABLE, h->key, 0);
     const int rc = PtlMEAppend(md->ni, md->rma_pt, &me, PTL_PRIORITY_LIST, h, &h->me);
     if (rc != PTL_OK) {
         std::free(h);
-        ucs_log(uct_md_reg_log_lvl(flags), "portals: registering %p length %zu failed: %d",
-                address, length, rc);
+        ucs_log(uct_md_reg_log_lvl(flags), "portals: registering %p length %zu failed: %d", address, length,
+                rc);
         return status_of(rc);
     }
     *memh_p = h;
@@ -64,8 +62,7 @@ ucs_status_t mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params) {
     return rc == PTL_OK ? UCS_OK : status_of(rc);
 }
 
-ucs_status_t mkey_pack(uct_md_h tl_md, uct_mem_h memh, const uct_md_mkey_pack_params_t *,
-                       void *rkey_buffer) {
+ucs_status_t mkey_pack(uct_md_h tl_md, uct_mem_h memh, const uct_md_mkey_pack_params_t *, void *rkey_buffer) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     const auto *h = static_cast<const Memh *>(memh);
     uct_portals_rkey_t rk{h->key, h->base, uint32_t(md->rma_pt), 0};
@@ -117,8 +114,8 @@ extern "C" ucs_status_t uct_portals_query_md_resources(uct_component_t *componen
     return uct_md_query_single_md_resource(component, resources_p, num_resources_p);
 }
 
-extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *,
-                                            const uct_md_config_t *, uct_md_h *md_p) {
+extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, const uct_md_config_t *,
+                                            uct_md_h *md_p) {
     int rc = PtlInit();
     if (rc != PTL_OK) {
         ucs_error("portals: PtlInit failed: %d", rc);
@@ -132,8 +129,8 @@ extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *,
     md->super.ops = &md_ops;
     md->super.component = &uct_portals_component;
     md->next_key = 1;
-    rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
-                   nullptr, &md->ni);
+    rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, nullptr,
+                   &md->ni);
     if (rc == PTL_OK) {
         rc = PtlPTAlloc(md->ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &md->rma_pt);
         if (rc != PTL_OK) PtlNIFini(md->ni);
@@ -173,8 +170,7 @@ extern "C" ucs_status_t uct_portals_query_tl_devices(uct_md_h, uct_tl_device_res
     struct ifaddrs *ifa = nullptr;
     if (getifaddrs(&ifa) == 0) {
         for (struct ifaddrs *i = ifa; i; i = i->ifa_next) {
-            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
-                continue;
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
             bool seen = false;
             for (const std::string &n : names) seen = seen || n == i->ifa_name;
             if (!seen) names.emplace_back(i->ifa_name);
@@ -187,7 +183,7 @@ extern "C" ucs_status_t uct_portals_query_tl_devices(uct_md_h, uct_tl_device_res
         return UCS_OK;
     }
     auto *devs = static_cast<uct_tl_device_resource_t *>(
-            ucs_calloc(names.size(), sizeof(uct_tl_device_resource_t), "portals devices"));
+        ucs_calloc(names.size(), sizeof(uct_tl_device_resource_t), "portals devices"));
     if (!devs) return UCS_ERR_NO_MEMORY;
     for (size_t i = 0; i < names.size(); ++i) {
         ucs_snprintf_zero(devs[i].name, sizeof(devs[i].name), "%s", names[i].c_str());

@@ -63,18 +63,10 @@ void Iface::drain_eq() {
         switch (ev.type) {
             case PTL_EVENT_ACK:
             case PTL_EVENT_REPLY:
-            case PTL_EVENT_SEND:
-                on_initiator_event(ev);
-                break;
-            case PTL_EVENT_GET:
-                on_ctl_event(ev);
-                break;
-            case PTL_EVENT_PUT:
-                on_rx_event(ev);
-                break;
-            default:
-                ucs_debug("portals: ignoring event type %d", ev.type);
-                break;
+            case PTL_EVENT_SEND: on_initiator_event(ev); break;
+            case PTL_EVENT_GET: on_ctl_event(ev); break;
+            case PTL_EVENT_PUT: on_rx_event(ev); break;
+            default: ucs_debug("portals: ignoring event type %d", ev.type); break;
         }
     }
 }
@@ -167,8 +159,8 @@ bool Iface::fetch_truncated(RxEvent &r) {
     op->rx = &r;
     int rc = r.buf.data ? PTL_OK : PTL_NO_SPACE;
     if (rc == PTL_OK)
-        rc = PtlGet(md, reinterpret_cast<uintptr_t>(r.buf.data), r.ev.rlength, r.ev.initiator,
-                    r.msg.src_pt, kTxPoolBits, r.msg.src_offset, op);
+        rc = PtlGet(md, reinterpret_cast<uintptr_t>(r.buf.data), r.ev.rlength, r.ev.initiator, r.msg.src_pt,
+                    kTxPoolBits, r.msg.src_offset, op);
     if (rc != PTL_OK) {
         ucs_error("portals: cannot fetch a %lu-byte message from nid 0x%x pid %u: %d",
                   (unsigned long)r.ev.rlength, r.ev.initiator.phys.nid, r.ev.initiator.phys.pid, rc);
@@ -196,8 +188,8 @@ void Iface::deliver_one(RxEvent &r) {
     const ptl_event_t &ev = r.ev;
     if (ev.pt_index == am_pt) {
         const uint8_t id = uint8_t(ev.match_bits);
-        const ucs_status_t s = uct_iface_invoke_am(&uct->super, id, r.buf.data, unsigned(r.buf.length),
-                                                   UCT_CB_PARAM_FLAG_DESC);
+        const ucs_status_t s =
+            uct_iface_invoke_am(&uct->super, id, r.buf.data, unsigned(r.buf.length), UCT_CB_PARAM_FLAG_DESC);
         if (s != UCS_INPROGRESS) RxPool::release_buf(r.buf);
         return;
     }
@@ -212,8 +204,8 @@ void Iface::deliver_one(RxEvent &r) {
             void *context = nullptr;
             ucs_status_t s = UCS_OK;
             if (eager_cb)
-                s = eager_cb(eager_arg, r.buf.data, r.buf.length, UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC,
-                             stag, ev.hdr_data, &context);
+                s = eager_cb(eager_arg, r.buf.data, r.buf.length,
+                             UCT_CB_PARAM_FLAG_FIRST | UCT_CB_PARAM_FLAG_DESC, stag, ev.hdr_data, &context);
             if (s != UCS_INPROGRESS) RxPool::release_buf(r.buf);
             return;
         }
@@ -256,12 +248,8 @@ void Iface::deliver_expected(RxEvent &r) {
         case MsgKind::TagRndvRequest:
             ctx->rndv_cb(ctx, ev.match_bits, r.buf.data, unsigned(ev.mlength), UCS_OK, 0);
             return;
-        case MsgKind::TagRndv:
-            start_rndv_get(r);
-            return;
-        default:
-            ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR);
-            return;
+        case MsgKind::TagRndv: start_rndv_get(r); return;
+        default: ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR); return;
     }
 }
 
@@ -271,8 +259,10 @@ void Iface::start_rndv_get(RxEvent &r) {
     const ptl_event_t &ev = r.ev;
     TagRecv *t = tag_recv(r.ctx);
     RndvInfo info{};
-    if (ev.mlength >= sizeof info) std::memcpy(&info, t->buffer, sizeof info);
-    else info.length = t->length;
+    if (ev.mlength >= sizeof info)
+        std::memcpy(&info, t->buffer, sizeof info);
+    else
+        info.length = t->length;
     Op *op = new_fetch_op();
     op->ctx = r.ctx;
     op->operand = ev.match_bits;

@@ -36,8 +36,8 @@ ucs_status_t put(Ep *ep, const void *src, size_t length, uint64_t remote_addr, u
 ucs_status_t get(Ep *ep, Op *op, void *dst, size_t length, uint64_t remote_addr, uct_rkey_t rkey) {
     Iface *f = ep->iface;
     const uct_portals_rkey_t *rk = rkey_of(rkey);
-    const int rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, rk->pt,
-                          rk->key, remote_addr - rk->base, op);
+    const int rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, rk->pt, rk->key,
+                          remote_addr - rk->base, op);
     if (rc != PTL_OK) {
         std::free(op->bounce);
         op->bounce = nullptr;
@@ -105,6 +105,6 @@ extern "C" ucs_status_t uct_portals_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t
     Ep *ep = ep_of(tl_ep);
     Op *op = ep->iface->get_op(ep, OpType::Get, comp);
     if (!op) return UCS_ERR_NO_RESOURCE;
-    return get(ep, op, iovcnt ? iov[0].buffer : nullptr, iovcnt ? uct_iov_get_length(iov) : 0,
-               remote_addr, rkey);
+    return get(ep, op, iovcnt ? iov[0].buffer : nullptr, iovcnt ? uct_iov_get_length(iov) : 0, remote_addr,
+               rkey);
 }

@@ -29,10 +29,12 @@ ptl_me_t slot_me(void *start, size_t length) {
 
 }  // namespace
 
-void *RecvBuf::desc() const { return data - (pool ? pool->headroom_ : unsigned(index)); }
+void *RecvBuf::desc() const {
+    return data - (pool ? pool->headroom_ : unsigned(index));
+}
 
-int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size,
-                 unsigned headroom, const char *name) {
+int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size, unsigned headroom,
+                 const char *name) {
     ni_ = ni;
     pt_ = pt;
     count_ = count ? count : 1;
@@ -41,8 +43,7 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     stride_ = (kDescPtr + headroom + seg_size + 63) & ~size_t(63);
     batch_ = count_ / 8 ? count_ / 8 : 1;
     if (posix_memalign(reinterpret_cast<void **>(&buf_), 64, stride_ * count_)) {
-        ucs_error("portals: cannot allocate %u %s receive descriptors of %zu bytes", count_, name,
-                  stride_);
+        ucs_error("portals: cannot allocate %u %s receive descriptors of %zu bytes", count_, name, stride_);
         return PTL_NO_SPACE;
     }
     release_desc_.super.cb = release_desc_cb;

@@ -26,13 +26,13 @@ struct RecvBuf {
     size_t length = 0;
     RxPool *pool = nullptr;  // null: a fetched buffer (freed on release)
     int index = -1;
-    void *desc() const;      // what UCT calls the descriptor: data - rx_headroom
+    void *desc() const;  // what UCT calls the descriptor: data - rx_headroom
 };
 
 class RxPool {
 public:
-    int init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size,
-             unsigned headroom, const char *name);
+    int init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size, unsigned headroom,
+             const char *name);
     void cleanup();
 
     // Classifies an event's user_ptr.

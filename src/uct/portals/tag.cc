@@ -15,7 +15,8 @@ using namespace uct_portals;
 
 namespace {
 
-ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length, uct_completion_t *comp) {
+ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length,
+                        uct_completion_t *comp) {
     return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length, comp);
 }
 
@@ -92,7 +93,8 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
     op->length = sizeof(RndvInfo) + header_length;
     f->tx_owner[size_t(d)] = op;
 
-    const ptl_me_t me = make_me(v->buffer, length, PTL_ME_OP_GET | PTL_ME_USE_ONCE, kRndvBits | key, 0, ep->peer);
+    const ptl_me_t me =
+        make_me(v->buffer, length, PTL_ME_OP_GET | PTL_ME_USE_ONCE, kRndvBits | key, 0, ep->peer);
     int rc = PtlMEAppend(f->ni, f->ctl_pt, &me, PTL_PRIORITY_LIST, op, &op->src_me);
     if (rc == PTL_OK) {
         RndvInfo info{length, reinterpret_cast<uintptr_t>(v->buffer), rkey_for(f, v, key)};
@@ -100,8 +102,8 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
         std::memcpy(p, &info, sizeof info);
         if (header_length) std::memcpy(p + sizeof info, header, header_length);
         const MsgInfo m{MsgKind::TagRndv, uint8_t(f->ctl_pt), uint64_t(d) * f->tx_stride};
-        rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(p), op->length, PTL_ACK_REQ, ep->peer, ep->tag_pt,
-                    tag, encode_msg(m), op, key);
+        rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(p), op->length, PTL_ACK_REQ, ep->peer, ep->tag_pt, tag,
+                    encode_msg(m), op, key);
         if (rc != PTL_OK) PtlMEUnlink(op->src_me);
     }
     if (rc != PTL_OK) {
@@ -136,17 +138,17 @@ extern "C" ucs_status_t uct_portals_ep_tag_rndv_request(uct_ep_h tl_ep, uct_tag_
     return put_message(ep, MsgKind::TagRndvRequest, ep->tag_pt, tag, 0, d, header_length, nullptr);
 }
 
-extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, uct_tag_t tag, uct_tag_t tag_mask,
-                                                         const uct_iov_t *iov, size_t iovcnt,
-                                                         uct_tag_context_t *ctx) {
+extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, uct_tag_t tag,
+                                                         uct_tag_t tag_mask, const uct_iov_t *iov,
+                                                         size_t iovcnt, uct_tag_context_t *ctx) {
     Iface *f = iface_of(tl_iface);
     UCT_CHECK_PARAM(iovcnt <= 1, "tag_recv_zcopy: iovcnt %zu > 1", iovcnt);
     if (f->posted.size() >= f->tm_list_size) return UCS_ERR_EXCEEDS_LIMIT;
     TagRecv *t = tag_recv(ctx);
     t->buffer = iovcnt ? iov[0].buffer : nullptr;
     t->length = iovcnt ? uct_iov_get_length(iov) : 0;
-    const ptl_me_t me = make_me(t->buffer, t->length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, tag,
-                                ~tag_mask);
+    const ptl_me_t me =
+        make_me(t->buffer, t->length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, tag, ~tag_mask);
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
     t->state = kTagPosted;

@@ -35,15 +35,15 @@ typedef struct uct_portals_md {
 
 typedef struct uct_portals_iface_config {
     uct_iface_config_t super;
-    size_t seg_size;           /* largest AM / eager message body */
-    unsigned rx_descs;         /* receive descriptors on each receive portal */
-    unsigned tx_descs;         /* send buffers for short/bcopy sends awaiting their ACK */
-    unsigned tx_queue_len;     /* operations in flight per iface */
-    unsigned tm_list_size;     /* posted tagged receives */
-    size_t max_zcopy;          /* largest zcopy AM / eager tag send */
-    size_t rndv_max_hdr;       /* user header of a rendezvous */
-    double latency_ns;         /* reported to UCP: engine overhead per message */
-    double bandwidth_mbs;      /* reported to UCP */
+    size_t seg_size;       /* largest AM / eager message body */
+    unsigned rx_descs;     /* receive descriptors on each receive portal */
+    unsigned tx_descs;     /* send buffers for short/bcopy sends awaiting their ACK */
+    unsigned tx_queue_len; /* operations in flight per iface */
+    unsigned tm_list_size; /* posted tagged receives */
+    size_t max_zcopy;      /* largest zcopy AM / eager tag send */
+    size_t rndv_max_hdr;   /* user header of a rendezvous */
+    double latency_ns;     /* reported to UCP: engine overhead per message */
+    double bandwidth_mbs;  /* reported to UCP */
 } uct_portals_iface_config_t;
 
 /* The C++ side (iface_impl.h); opaque to C. */
@@ -75,21 +75,18 @@ typedef struct uct_portals_device_addr {
 extern uct_component_t uct_portals_component;
 
 /* md.cc */
-ucs_status_t uct_portals_query_md_resources(uct_component_t *component,
-                                            uct_md_resource_desc_t **resources_p,
+ucs_status_t uct_portals_query_md_resources(uct_component_t *component, uct_md_resource_desc_t **resources_p,
                                             unsigned *num_resources_p);
 ucs_status_t uct_portals_md_open(uct_component_t *component, const char *md_name,
                                  const uct_md_config_t *config, uct_md_h *md_p);
-ucs_status_t uct_portals_rkey_unpack(uct_component_t *component, const void *rkey_buffer,
-                                     uct_rkey_t *rkey_p, void **handle_p);
-ucs_status_t uct_portals_rkey_release(uct_component_t *component, uct_rkey_t rkey,
-                                      void *handle);
+ucs_status_t uct_portals_rkey_unpack(uct_component_t *component, const void *rkey_buffer, uct_rkey_t *rkey_p,
+                                     void **handle_p);
+ucs_status_t uct_portals_rkey_release(uct_component_t *component, uct_rkey_t rkey, void *handle);
 ucs_status_t uct_portals_query_tl_devices(uct_md_h md, uct_tl_device_resource_t **tl_devices_p,
                                           unsigned *num_tl_devices_p);
 
 /* iface.cc: construction, destruction and the iface-level operations */
-ucs_status_t uct_portals_iface_init(uct_portals_iface_t *iface, uct_md_h md,
-                                    const uct_iface_params_t *params,
+ucs_status_t uct_portals_iface_init(uct_portals_iface_t *iface, uct_md_h md, const uct_iface_params_t *params,
                                     const uct_portals_iface_config_t *config);
 void uct_portals_iface_cleanup(uct_portals_iface_t *iface);
 ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_attr_t *attr);
@@ -116,17 +113,15 @@ void uct_portals_ep_pending_purge(uct_ep_h tl_ep, uct_pending_purge_callback_t c
 /* rma.cc */
 ucs_status_t uct_portals_ep_put_short(uct_ep_h tl_ep, const void *buffer, unsigned length,
                                       uint64_t remote_addr, uct_rkey_t rkey);
-ssize_t uct_portals_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb, void *arg,
-                                 uint64_t remote_addr, uct_rkey_t rkey);
+ssize_t uct_portals_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t pack_cb, void *arg, uint64_t remote_addr,
+                                 uct_rkey_t rkey);
 ucs_status_t uct_portals_ep_put_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov, size_t iovcnt,
-                                      uint64_t remote_addr, uct_rkey_t rkey,
-                                      uct_completion_t *comp);
+                                      uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
 ucs_status_t uct_portals_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_callback_t unpack_cb, void *arg,
                                       size_t length, uint64_t remote_addr, uct_rkey_t rkey,
                                       uct_completion_t *comp);
 ucs_status_t uct_portals_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov, size_t iovcnt,
-                                      uint64_t remote_addr, uct_rkey_t rkey,
-                                      uct_completion_t *comp);
+                                      uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp);
 
 /* amo.cc */
 ucs_status_t uct_portals_ep_atomic32_post(uct_ep_h tl_ep, unsigned opcode, uint32_t value,
@@ -147,36 +142,30 @@ ucs_status_t uct_portals_ep_atomic_cswap64(uct_ep_h tl_ep, uint64_t compare, uin
                                            uct_completion_t *comp);
 
 /* am.cc */
-ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header,
-                                     const void *payload, unsigned length);
-ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
-                                         size_t iovcnt);
+ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint64_t header, const void *payload,
+                                     unsigned length);
+ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov, size_t iovcnt);
 ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb, void *arg,
                                 unsigned flags);
-ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
-                                     unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
-                                     unsigned flags, uct_completion_t *comp);
+ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header, unsigned header_length,
+                                     const uct_iov_t *iov, size_t iovcnt, unsigned flags,
+                                     uct_completion_t *comp);
 
 /* tag.cc */
-ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t tag, const void *data,
-                                            size_t length);
+ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t tag, const void *data, size_t length);
 ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
                                        uct_pack_callback_t pack_cb, void *arg, unsigned flags);
-ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
-                                            const uct_iov_t *iov, size_t iovcnt, unsigned flags,
-                                            uct_completion_t *comp);
+ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm, const uct_iov_t *iov,
+                                            size_t iovcnt, unsigned flags, uct_completion_t *comp);
 ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_tag_t tag, const void *header,
-                                               unsigned header_length, const uct_iov_t *iov,
-                                               size_t iovcnt, unsigned flags,
-                                               uct_completion_t *comp);
+                                               unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
+                                               unsigned flags, uct_completion_t *comp);
 ucs_status_t uct_portals_ep_tag_rndv_cancel(uct_ep_h tl_ep, void *op);
 ucs_status_t uct_portals_ep_tag_rndv_request(uct_ep_h tl_ep, uct_tag_t tag, const void *header,
                                              unsigned header_length, unsigned flags);
-ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, uct_tag_t tag,
-                                              uct_tag_t tag_mask, const uct_iov_t *iov,
-                                              size_t iovcnt, uct_tag_context_t *ctx);
-ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, uct_tag_context_t *ctx,
-                                               int force);
+ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, uct_tag_t tag, uct_tag_t tag_mask,
+                                              const uct_iov_t *iov, size_t iovcnt, uct_tag_context_t *ctx);
+ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, uct_tag_context_t *ctx, int force);
 
 #ifdef __cplusplus
 }
