@@ -182,6 +182,10 @@ struct Side {
         uct_iface_progress_enable(iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
     }
 
+    // A failed ASSERT returns early: closing here keeps the engine from leaking into the next
+    // test's forked child.
+    ~Side() { close(); }
+
     void close() {
         if (iface) uct_iface_close(iface);
         if (worker) uct_worker_destroy(worker);

@@ -275,8 +275,9 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     while (read(f->event_fd, &v, sizeof v) == ssize_t(sizeof v)) {
     }
     f->drain_eq();
-    if ((!f->rx_fifo.empty() && f->rx_fifo.front().ready) || !f->cancelled.empty() ||
-        (!f->pending_eps.empty() && f->has_tx_resources()))
+    // Undelivered messages (even one still being fetched) or completions to report: the
+    // caller must progress first.
+    if (!f->rx_fifo.empty() || !f->cancelled.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
         return UCS_ERR_BUSY;
     const int rc = PtlXEQArm(f->eq, f->event_fd);
     if (rc == PTL_IN_USE) return UCS_ERR_BUSY;
