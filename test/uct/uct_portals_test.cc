@@ -778,3 +778,38 @@ TEST(UctPortals, ClosingReleasesPortalsEvenWithPostedReceives) {
     }
     keeper.close();
 }
+
+// Closing an iface with a matched but unreported message leaves the user's buffer alone (it
+// must not be released like a receive descriptor).
+TEST(UctPortals, CloseWithUndeliveredExpectedMessage) {
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            c.send(s.address().data(), s.address().size());
+            std::vector<char> b(64);
+            Posted p;
+            uct_iov_t iov{b.data(), b.size(), nullptr, b.size(), 1};
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 9, ~0ull, &iov, 1, &p.ctx), UCS_OK);
+            c.signal("send");
+            const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+            while (b[0] != 'q' && std::chrono::steady_clock::now() < end) std::this_thread::yield();
+            ASSERT_EQ(b[0], 'q');
+            EXPECT_EQ(uct_iface_event_arm(s.iface, UCT_EVENT_RECV), UCS_ERR_BUSY);  // read, not reported
+            s.close();
+            EXPECT_FALSE(p.completed);
+            EXPECT_EQ(b[1], 'r');  // still ours and intact
+            c.signal("bye");
+        },
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            uct_ep_h ep = s.connect(c.recv());
+            c.expect("send");
+            ASSERT_EQ(uct_ep_tag_eager_short(ep, 9, "qr", 2), UCS_OK);
+            c.expect("bye");
+            uct_ep_destroy(ep);
+            s.close();
+        });
+}

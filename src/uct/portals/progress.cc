@@ -139,6 +139,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         posted.erase(r.ctx);
         r.buf.data = static_cast<char *>(ev.start);
         r.buf.length = ev.mlength;
+        r.buf.borrowed = true;
         return;
     }
     RxPool &pool = ev.pt_index == am_pt ? am_rx : tag_rx;

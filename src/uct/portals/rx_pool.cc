@@ -128,7 +128,7 @@ RecvBuf RxPool::alloc_fetched(size_t length, unsigned headroom) {
 }
 
 void RxPool::release_buf(const RecvBuf &b) {
-    if (!b.data) return;
+    if (!b.data || b.borrowed) return;
     if (b.pool) {
         b.pool->release(b.index);
     } else {

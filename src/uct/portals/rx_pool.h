@@ -26,7 +26,8 @@ struct RecvBuf {
     size_t length = 0;
     RxPool *pool = nullptr;  // null: a fetched buffer (freed on release)
     int index = -1;
-    void *desc() const;  // what UCT calls the descriptor: data - rx_headroom
+    bool borrowed = false;  // the user's posted buffer: nothing to release
+    void *desc() const;     // what UCT calls the descriptor: data - rx_headroom
 };
 
 class RxPool {
