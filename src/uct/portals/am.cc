@@ -68,7 +68,7 @@ extern "C" ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint
     if (d < 0) return UCS_ERR_NO_RESOURCE;
     char *p = f->tx_desc_addr(d);
     std::memcpy(p, &header, sizeof header);
-    std::memcpy(p + sizeof header, payload, length);
+    if (length) std::memcpy(p + sizeof header, payload, length);  // payload may be null then
     return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, sizeof header + length, nullptr);
 }
 

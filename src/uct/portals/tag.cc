@@ -39,7 +39,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t
     UCT_CHECK_LENGTH(length, 0, f->seg_size, "tag_eager_short");
     const int d = f->get_tx_desc();
     if (d < 0) return UCS_ERR_NO_RESOURCE;
-    std::memcpy(f->tx_desc_addr(d), data, length);
+    if (length) std::memcpy(f->tx_desc_addr(d), data, length);
     return eager_send(ep, tag, 0, d, length, nullptr);
 }
 
@@ -134,7 +134,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_rndv_request(uct_ep_h tl_ep, uct_tag_
     UCT_CHECK_LENGTH(header_length, 0, f->seg_size, "tag_rndv_request");
     const int d = f->get_tx_desc();
     if (d < 0) return UCS_ERR_NO_RESOURCE;
-    std::memcpy(f->tx_desc_addr(d), header, header_length);
+    if (header_length) std::memcpy(f->tx_desc_addr(d), header, header_length);
     return put_message(ep, MsgKind::TagRndvRequest, ep->tag_pt, tag, 0, d, header_length, nullptr);
 }
 
@@ -175,7 +175,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
         if (r.ctx != ctx || r.unexpected) continue;
         RecvBuf b = RxPool::alloc_fetched(r.buf.length, f->rx_headroom);
         if (!b.data) return UCS_ERR_NO_MEMORY;
-        std::memcpy(b.data, r.buf.data, r.buf.length);
+        if (r.buf.length) std::memcpy(b.data, r.buf.data, r.buf.length);
         r.buf = b;
         r.unexpected = true;
         r.converted = true;
