@@ -91,7 +91,12 @@ int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) 
         if (r == 0 && err) *err = "in use";
         return -1;
     }
-    for (uint32_t p = 0; p < PTL_PID_MAX; ++p) {
+    // Start where this process's OS pid points rather than at 0: a pid that just became free
+    // (a process that died) is then not handed straight to the next process on the node,
+    // whose peers could otherwise take it for the dead one.
+    const uint32_t start = uint32_t(getpid()) % PTL_PID_MAX;
+    for (uint32_t i = 0; i < PTL_PID_MAX; ++i) {
+        const uint32_t p = (start + i) % PTL_PID_MAX;
         const int r = try_lock(nid, p, lock_fd, err);
         if (r == 1) return p;
         if (r < 0) return -1;
