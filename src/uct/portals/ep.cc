@@ -16,7 +16,6 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
     if (!ep) return UCS_ERR_NO_MEMORY;
     const auto *dev = reinterpret_cast<const uct_portals_device_addr_t *>(params->dev_addr);
     const auto *ia = reinterpret_cast<const uct_portals_iface_addr_t *>(params->iface_addr);
-    ep->uct = uct;
     ep->iface = iface_of(params->iface);
     ep->peer.phys.nid = dev->nid;
     ep->peer.phys.pid = ia->pid;
@@ -42,9 +41,6 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
     Ep *ep = ep_of(tl_ep);
     if (!ucs_queue_is_empty(&ep->pending)) return UCS_ERR_NO_RESOURCE;
     if (ep->in_flight.empty()) return UCS_OK;
-    if (flags & UCT_FLUSH_FLAG_CANCEL) {
-        // Operations already handed to the engine cannot be recalled; they complete.
-    }
     ep->iface->progress();
     if (ep->in_flight.empty()) return UCS_OK;
     if (comp) ep->flushes.emplace_back(ep->next_seq, comp);

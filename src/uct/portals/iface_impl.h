@@ -91,7 +91,6 @@ struct Op {
     bool acked = false, truncated = false, fetched_by_peer = false;
     // rendezvous: the ME exposing the data
     ptl_handle_me_t src_me = PTL_INVALID_HANDLE;
-    uint64_t key = 0;
     bool cancelled = false;  // rendezvous cancelled while its GET was on its way
     // get_bcopy lands here first
     char *bounce = nullptr;
@@ -110,7 +109,6 @@ struct RxEvent {
     RecvBuf buf;             // where the message body is (a descriptor, or fetched)
     bool ready = true;       // false while its data is being fetched
     bool unexpected = true;  // false: matched a posted receive
-    bool converted = false;  // a force-cancelled receive's message, now unexpected
     uct_tag_context_t *ctx = nullptr;
 };
 
@@ -128,7 +126,6 @@ inline TagRecv *tag_recv(uct_tag_context_t *ctx) {
 }
 
 struct Ep {
-    uct_portals_ep_t *uct = nullptr;
     Iface *iface = nullptr;
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
@@ -210,7 +207,7 @@ struct Iface {
     void deliver_one(RxEvent &r);
     void deliver_expected(RxEvent &r);
     void drain_eq();
-    bool fetch_truncated(RxEvent &r);
+    void fetch_truncated(RxEvent &r);
     void start_rndv_get(RxEvent &r);
 };
 

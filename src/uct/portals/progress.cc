@@ -153,7 +153,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
 
 // The message met the catch-all: read it from the sender's send buffer, where it stays until
 // we have it.
-bool Iface::fetch_truncated(RxEvent &r) {
+void Iface::fetch_truncated(RxEvent &r) {
     ++truncated_fetches;
     r.buf = RxPool::alloc_fetched(r.ev.rlength, rx_headroom);
     Op *op = new_fetch_op();
@@ -169,9 +169,7 @@ bool Iface::fetch_truncated(RxEvent &r) {
         RxPool::release_buf(r.buf);
         r.buf = RecvBuf{};
         r.ready = true;  // delivered empty rather than blocking everything behind it
-        return false;
     }
-    return true;
 }
 
 unsigned Iface::deliver_rx() {

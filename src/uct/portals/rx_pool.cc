@@ -29,10 +29,6 @@ ptl_me_t slot_me(void *start, size_t length) {
 
 }  // namespace
 
-void *RecvBuf::desc() const {
-    return data - (pool ? pool->headroom_ : unsigned(index));
-}
-
 int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size, unsigned headroom,
                  const char *name) {
     ni_ = ni;
@@ -100,6 +96,7 @@ RecvBuf RxPool::take(const ptl_event_t &ev) {
     RecvBuf b;
     b.data = element(i) + kDescPtr + headroom_;
     b.length = ev.mlength;
+    b.headroom = headroom_;
     b.pool = this;
     b.index = i;
     return b;
@@ -123,7 +120,7 @@ RecvBuf RxPool::alloc_fetched(size_t length, unsigned headroom) {
     *reinterpret_cast<uct_recv_desc_t **>(e) = &fetched_release;
     b.data = e + kDescPtr + headroom;
     b.length = length;
-    b.index = int(headroom);  // a fetched buffer remembers its headroom here
+    b.headroom = headroom;
     return b;
 }
 
@@ -132,7 +129,7 @@ void RxPool::release_buf(const RecvBuf &b) {
     if (b.pool) {
         b.pool->release(b.index);
     } else {
-        std::free(b.data - size_t(b.index) - kDescPtr);
+        std::free(b.data - b.headroom - kDescPtr);
     }
 }
 

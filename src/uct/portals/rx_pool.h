@@ -25,9 +25,9 @@ struct RecvBuf {
     char *data = nullptr;
     size_t length = 0;
     RxPool *pool = nullptr;  // null: a fetched buffer (freed on release)
-    int index = -1;
+    int index = -1;          // the descriptor in `pool`
+    unsigned headroom = 0;
     bool borrowed = false;  // the user's posted buffer: nothing to release
-    void *desc() const;     // what UCT calls the descriptor: data - rx_headroom
 };
 
 class RxPool {
@@ -54,7 +54,6 @@ public:
     static void release_buf(const RecvBuf &b);
 
 private:
-    friend struct RecvBuf;
     static void release_desc_cb(uct_recv_desc_t *self, void *desc);
     char *element(int i) const { return buf_ + size_t(i) * stride_; }
     int repost();

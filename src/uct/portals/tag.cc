@@ -89,7 +89,6 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
     const int d = f->get_tx_desc();
     Op *op = f->get_op(ep, OpType::Rndv, comp);
     op->tx_desc = d;
-    op->key = key;
     op->length = sizeof(RndvInfo) + header_length;
     f->tx_owner[size_t(d)] = op;
 
@@ -178,7 +177,6 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
         if (r.buf.length) std::memcpy(b.data, r.buf.data, r.buf.length);
         r.buf = b;
         r.unexpected = true;
-        r.converted = true;
         r.ctx = nullptr;
         t->state = kTagCancelled;
         return UCS_OK;
