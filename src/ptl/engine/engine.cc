@@ -497,9 +497,13 @@ int Engine::eq_get(ptl_handle_eq_t h, ptl_event_t *ev) {
     Lock lk(mu_);
     Eq *e = eq_of(h);
     if (!e || !ev) return PTL_ARG_INVALID;
+    if (e->waiters) return PTL_EQ_EMPTY;  // a blocked PtlEQWait has priority (§3.13.7)
+    // Events already queued are returned as they are: a caller draining the EQ drives the
+    // wires once, when it finds it empty, not once per event.
+    if (e->count) return e->pop(ev);
     progress_locked();
     if (!(e = eq_of(h))) return PTL_ARG_INVALID;
-    if (e->waiters) return PTL_EQ_EMPTY;  // a blocked PtlEQWait has priority (§3.13.7)
+    if (e->waiters) return PTL_EQ_EMPTY;
     return e->pop(ev);
 }
 
