@@ -11,6 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sched.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -239,6 +242,17 @@ struct Side {
         })) << "flush did not complete";
     }
 };
+
+// Waits, without progressing UCT, until the engine's progress thread has written `want` at
+// `p` (the read is atomic: that thread writes concurrently).
+inline bool landed(char *p, char want, int timeout_ms = 20000) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::atomic_ref<char>(*p).load(std::memory_order_acquire) != want) {
+        if (std::chrono::steady_clock::now() > end) return false;
+        sched_yield();
+    }
+    return true;
+}
 
 // A completion that counts.
 struct Counted {
