@@ -135,6 +135,10 @@ inline void run_pair(const std::function<void(Channel &)> &parent,
 }
 
 // One side: md, worker and an iface on device "lo" of the portals transport.
+// Every Side asks for this much headroom before received data; a kept descriptor is
+// released as data - kRxHeadroom (what uct_iface_release_desc expects).
+constexpr size_t kRxHeadroom = 32;
+
 struct Side {
     uct_component_h component = nullptr;
     uct_md_h md = nullptr;
@@ -175,7 +179,7 @@ struct Side {
         p.open_mode = UCT_IFACE_OPEN_MODE_DEVICE;
         p.mode.device.tl_name = "portals";
         p.mode.device.dev_name = "lo";
-        p.rx_headroom = 32;
+        p.rx_headroom = kRxHeadroom;
         if (tune) tune(p);
         ASSERT_EQ(uct_iface_open(md, worker, &p, ic, &iface), UCS_OK);
         uct_config_release(ic);

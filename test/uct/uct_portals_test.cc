@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <deque>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "uct_harness.h"
@@ -130,6 +132,65 @@ TEST(UctPortals, ActiveMessagesInOrderEvenWithoutReceiveDescriptors) {
             c.expect("done");
             s.flush(ep);
             for (const Counted &z : zdone) EXPECT_EQ(z.done, 1);
+            uct_ep_destroy(ep);
+            s.close();
+        });
+}
+
+// A handler may keep its descriptor (UCS_INPROGRESS): the bytes stay put while other
+// messages arrive - more than the receive pool holds - until uct_iface_release_desc, after
+// which the pool serves again.
+TEST(UctPortals, KeptActiveMessageDescriptorsStayValidUntilReleased) {
+    constexpr int kRound = 40;
+    constexpr size_t kLen = 1000;
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            s.open({{"RX_DESCS", "4"}});
+            AmLog log;
+            log.keep = true;
+            ASSERT_EQ(uct_iface_set_am_handler(s.iface, kAmId, am_handler, &log, 0), UCS_OK);
+            c.send(s.address().data(), s.address().size());
+            ASSERT_TRUE(s.wait([&] { return log.msgs.size() == kRound; })) << log.msgs.size();
+            ASSERT_EQ(log.kept.size(), size_t(kRound));  // every bcopy AM came in a descriptor
+            std::set<void *> distinct(log.kept.begin(), log.kept.end());
+            EXPECT_EQ(distinct.size(), size_t(kRound));
+            for (int i = 0; i < kRound; ++i) {
+                EXPECT_EQ(first_mismatch(static_cast<char *>(log.kept[size_t(i)]), kLen, unsigned(i)), kLen)
+                    << "kept descriptor " << i << " was overwritten";
+            }
+            for (void *d : log.kept) uct_iface_release_desc(static_cast<char *>(d) - kRxHeadroom);
+            log.kept.clear();
+            log.keep = false;
+            c.signal("released");
+            ASSERT_TRUE(s.wait([&] { return log.msgs.size() == 2 * kRound; })) << log.msgs.size();
+            for (int i = kRound; i < 2 * kRound; ++i) {
+                const std::vector<char> &m = log.msgs[size_t(i)];
+                ASSERT_EQ(m.size(), kLen);
+                EXPECT_EQ(first_mismatch(m.data(), kLen, unsigned(i)), kLen) << "message " << i;
+            }
+            c.signal("done");
+            s.close();
+        },
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            uct_ep_h ep = s.connect(c.recv());
+            std::vector<char> buf(kLen);
+            auto send_round = [&](int first) {
+                for (int i = first; i < first + kRound; ++i) {
+                    fill(buf.data(), kLen, unsigned(i));
+                    PackArg a{buf.data(), kLen};
+                    ssize_t n;
+                    while ((n = uct_ep_am_bcopy(ep, kAmId, pack, &a, 0)) == UCS_ERR_NO_RESOURCE) s.progress();
+                    ASSERT_EQ(n, ssize_t(kLen)) << i;
+                }
+            };
+            send_round(0);
+            c.expect("released");
+            send_round(kRound);
+            c.expect("done");
+            s.flush(ep);
             uct_ep_destroy(ep);
             s.close();
         });
@@ -264,6 +325,84 @@ TEST(UctPortals, PutThenGetEverySizeAndFlavour) {
             s.close();
         },
         [&](Channel &c) { serve_memory(c, kSize, 1); });
+}
+
+// A fence orders a flag after the data before it: each round writes 1 MiB (zcopy), 4 KiB
+// (bcopy) and adds to a counter, fences, then puts a one-byte flag; the target sees the flag
+// change without progressing UCT (the engine's thread executes the puts) and checks that
+// everything before the fence is already there.
+TEST(UctPortals, FenceOrdersLaterPutsAfterEarlierOperations) {
+    constexpr size_t kBig = 1 << 20, kSmall = 4096;
+    constexpr size_t kCounter = kBig + kSmall, kFlag = kCounter + 8, kSize = kFlag + 8;
+    constexpr int kRounds = 20;
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            uct_ep_h ep = s.connect(c.recv());
+            Remote r;
+            r.unpack(s, c.recv());
+            std::vector<char> big(kBig);
+            uct_mem_h mh;
+            ASSERT_EQ(uct_md_mem_reg(s.md, big.data(), kBig, UCT_MD_MEM_ACCESS_ALL, &mh), UCS_OK);
+            std::vector<char> small(kSmall);
+            for (int i = 1; i <= kRounds; ++i) {
+                fill(big.data(), kBig, unsigned(i));
+                fill(small.data(), kSmall, unsigned(1000 + i));
+                Counted done;
+                uct_iov_t iov{big.data(), kBig, mh, kBig, 1};
+                ucs_status_t st = uct_ep_put_zcopy(ep, &iov, 1, r.addr, r.rkey.rkey, &done.comp);
+                ASSERT_TRUE(st == UCS_OK || st == UCS_INPROGRESS) << ucs_status_string(st);
+                PackArg a{small.data(), kSmall};
+                ASSERT_EQ(uct_ep_put_bcopy(ep, pack, &a, r.addr + kBig, r.rkey.rkey), ssize_t(kSmall));
+                ASSERT_EQ(
+                    uct_ep_atomic64_post(ep, UCT_ATOMIC_OP_ADD, uint64_t(i), r.addr + kCounter, r.rkey.rkey),
+                    UCS_OK);
+                ASSERT_EQ(uct_ep_fence(ep, 0), UCS_OK);
+                const char flag = char(i);
+                ASSERT_EQ(uct_ep_put_short(ep, &flag, 1, r.addr + kFlag, r.rkey.rkey), UCS_OK);
+                // The peer checks before answering; the next round must not overwrite yet.
+                const std::vector<char> verdict = c.recv();
+                ASSERT_EQ(std::string(verdict.begin(), verdict.end()), "ok " + std::to_string(i));
+                ASSERT_TRUE(s.wait([&] { return done.done == 1; }));
+            }
+            s.flush(ep);
+            c.signal("done");
+            uct_ep_destroy(ep);
+            uct_md_mem_dereg(s.md, mh);
+            r.release(s);
+            s.close();
+        },
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            Exposed e;
+            e.expose(s, kSize);
+            c.send(s.address().data(), s.address().size());
+            c.send(e.blob.data(), e.blob.size());
+            uint64_t sum = 0;
+            for (int i = 1; i <= kRounds; ++i) {
+                sum += uint64_t(i);
+                if (!landed(&e.mem[kFlag], char(i))) {
+                    c.signal("no flag " + std::to_string(i));
+                    FAIL() << "flag " << i << " never arrived";
+                }
+                // The flag came after the fence: everything before it must be visible now.
+                const size_t big_ok = first_mismatch(e.mem.data(), kBig, unsigned(i));
+                const size_t small_ok = first_mismatch(e.mem.data() + kBig, kSmall, unsigned(1000 + i));
+                const uint64_t counter =
+                    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t *>(&e.mem[kCounter]))
+                        .load(std::memory_order_acquire);
+                const bool ok = big_ok == kBig && small_ok == kSmall && counter == sum;
+                EXPECT_TRUE(ok) << "round " << i << ": big intact to " << big_ok << ", small to " << small_ok
+                                << ", counter " << counter << " want " << sum;
+                c.signal(ok ? "ok " + std::to_string(i) : "bad " + std::to_string(i));
+                if (!ok) break;
+            }
+            c.expect("done");
+            e.release(s);
+            s.close();
+        });
 }
 
 // Every atomic op, 32 and 64 bit, against values the test computes itself.

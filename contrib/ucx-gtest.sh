@@ -1,0 +1,65 @@
+#!/bin/bash
+# UCX's own gtest suite against the portals component.
+#
+#   contrib/ucx-gtest.sh build          build it once (cached, ~30 min on 2 cores)
+#   contrib/ucx-gtest.sh run [ARGS]     run it with the module of _build preloaded
+#
+# The suite comes from the source package of the installed UCX (contrib/ucx-source.sh),
+# patched to list `portals` among its transports (contrib/ucx-gtest/*.patch), configured
+# with the installed UCX's own configure flags plus --enable-gtest, and built in
+# $PORTALS_UCX_CACHE/gtest-<version>-<patch hash>; the tree is rebuilt when missing or
+# when the patch changes. The gtest binary runs on that tree's libraries (same source and
+# flags as the installed ones, so the module built against the installed UCX fits them).
+set -eo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(dirname "$here")
+cache=${PORTALS_UCX_CACHE:-$HOME/.cache/portals-ucx}
+builddir=${PORTALS_BUILD_DIR:-$top/_build}
+
+src=$("$here/ucx-source.sh")
+version=$(basename "$src")
+patch_hash=$(cat "$here"/ucx-gtest/*.patch | sha256sum | cut -c1-12)
+dir=$cache/gtest-${version#ucx-}-$patch_hash
+gtest=$dir/build/test/gtest/gtest
+
+build() {
+  if [ -f "$dir/.built" ]; then
+    echo "ucx-gtest: cached build in $dir"
+    return
+  fi
+  echo "ucx-gtest: building UCX's gtest in $dir (once)"
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  cp -a "$src" "$dir/src"
+  for p in "$here"/ucx-gtest/*.patch; do
+    patch -d "$dir/src" -p1 --quiet < "$p"
+  done
+  (cd "$dir/src" && ./autogen.sh > "$dir/autogen.log" 2>&1) ||
+    { tail -20 "$dir/autogen.log"; exit 1; }
+  # Same flags as the installed UCX: the struct layouts the module was built against.
+  local flags
+  flags=$(ucx_info -v | sed -n 's/^# Configured with: //p')
+  mkdir -p "$dir/build"
+  # Word-split the flags but keep their literal ${prefix} for configure to expand.
+  # shellcheck disable=SC2086
+  (cd "$dir/build" && set -f && ../src/configure $flags --enable-gtest > "$dir/configure.log" 2>&1) ||
+    { tail -30 "$dir/configure.log"; exit 1; }
+  make -C "$dir/build" -j"$(nproc)" > "$dir/make.log" 2>&1 || { tail -40 "$dir/make.log"; exit 1; }
+  make -C "$dir/build/test/gtest" -j"$(nproc)" gtest > "$dir/make-gtest.log" 2>&1 ||
+    { tail -40 "$dir/make-gtest.log"; exit 1; }
+  touch "$dir/.built"
+}
+
+run() {
+  [ -f "$dir/.built" ] || build
+  local module=$builddir/.libs/libuct_portals.so
+  [ -f "$module" ] || { echo "ucx-gtest: no $module; build the project first (contrib/build.sh)" >&2; exit 1; }
+  cd "$dir/build/test/gtest"
+  UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn LD_PRELOAD=$module "$gtest" "$@"
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 build | run [gtest args]" >&2; exit 2 ;;
+esac
