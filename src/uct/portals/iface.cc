@@ -58,17 +58,28 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
                                                const uct_iface_params_t *params,
                                                const uct_portals_iface_config_t *cfg) {
     const uct_portals_md_t *pmd = ucs_derived_of(tl_md, uct_portals_md_t);
+    const size_t seg_size = std::max<size_t>(cfg->seg_size, 64);
+    size_t align, align_offset;
+    ucs_status_t st = uct_iface_param_am_alignment(params, seg_size, 0, 0, &align, &align_offset);
+    if (st != UCS_OK) return st;
+    if (align == 0 || (align & (align - 1)) != 0 || align > 65536) {
+        ucs_error("portals: invalid active message alignment %zu (a power of two up to 64k)", align);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    BufLayout rx_layout;
+    rx_layout.init((params->field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params->rx_headroom : 0, align,
+                   align_offset);
+
     auto *f = new (std::nothrow) uct_portals_iface_impl();
     if (!f) return UCS_ERR_NO_MEMORY;
     uct->impl = f;
     f->uct = uct;
     f->ni = pmd->ni;
-    f->seg_size = std::max<size_t>(cfg->seg_size, 64);
+    f->seg_size = seg_size;
     f->rndv_max_hdr = cfg->rndv_max_hdr;
     f->tm_list_size = cfg->tm_list_size;
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
-    f->rx_headroom = (params->field_mask & UCT_IFACE_PARAM_FIELD_RX_HEADROOM) ? params->rx_headroom : 0;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) f->eager_cb = params->eager_cb;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG) f->eager_arg = params->eager_arg;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB) f->rndv_cb = params->rndv_cb;
@@ -102,9 +113,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     }
     for (ptl_pt_index_t *pt : {&f->am_pt, &f->tag_pt, &f->ctl_pt})
         if (rc == PTL_OK) rc = PtlPTAlloc(f->ni, 0, f->eq, PTL_PT_ANY, pt);
-    if (rc == PTL_OK)
-        rc = f->am_rx.init(f->ni, f->am_pt, rx_descs, f->seg_size, f->rx_headroom, "active message");
-    if (rc == PTL_OK) rc = f->tag_rx.init(f->ni, f->tag_pt, rx_descs, f->seg_size, f->rx_headroom, "tagged");
+    if (rc == PTL_OK) rc = f->am_rx.init(f->ni, f->am_pt, rx_descs, f->seg_size, rx_layout, "active message");
+    if (rc == PTL_OK) rc = f->tag_rx.init(f->ni, f->tag_pt, rx_descs, f->seg_size, rx_layout, "tagged");
     if (rc == PTL_OK) {
         f->tx_stride = (f->seg_size + 63) & ~size_t(63);
         if (posix_memalign(reinterpret_cast<void **>(&f->tx_buf), 64, f->tx_stride * tx_descs)) {

@@ -149,7 +149,6 @@ struct Iface {
     size_t rndv_max_hdr = 0;
     unsigned tm_list_size = 0;
     double latency = 0, bandwidth = 0;
-    unsigned rx_headroom = 0;
     // Portals objects
     ptl_handle_ni_t ni = PTL_INVALID_HANDLE;
     ptl_process_t self{};

@@ -78,18 +78,38 @@ void md_close(uct_md_h tl_md) {
     ucs_free(md);
 }
 
+// UCT calls every md op without a NULL check: what the md does not offer says so.
+ucs_status_t mem_alloc(uct_md_h, size_t *, void **, ucs_memory_type_t, unsigned, const char *, uct_mem_h *) {
+    return UCS_ERR_UNSUPPORTED;
+}
+ucs_status_t mem_free(uct_md_h, uct_mem_h) {
+    return UCS_ERR_UNSUPPORTED;
+}
+ucs_status_t mem_advise(uct_md_h, uct_mem_h, void *, size_t, unsigned) {
+    return UCS_ERR_UNSUPPORTED;
+}
+ucs_status_t mem_query(uct_md_h, const void *, size_t, uct_md_mem_attr_t *) {
+    return UCS_ERR_UNSUPPORTED;
+}
+int is_sockaddr_accessible(uct_md_h, const ucs_sock_addr_t *, uct_sockaddr_accessibility_t) {
+    return 0;
+}
+ucs_status_t detect_memory_type(uct_md_h, const void *, size_t, ucs_memory_type_t *) {
+    return UCS_ERR_UNSUPPORTED;
+}
+
 uct_md_ops_t md_ops = {
     .close = md_close,
     .query = md_query,
-    .mem_alloc = nullptr,
-    .mem_free = nullptr,
-    .mem_advise = nullptr,
+    .mem_alloc = mem_alloc,
+    .mem_free = mem_free,
+    .mem_advise = mem_advise,
     .mem_reg = mem_reg,
     .mem_dereg = mem_dereg,
-    .mem_query = nullptr,
+    .mem_query = mem_query,
     .mkey_pack = mkey_pack,
-    .is_sockaddr_accessible = nullptr,
-    .detect_memory_type = nullptr,
+    .is_sockaddr_accessible = is_sockaddr_accessible,
+    .detect_memory_type = detect_memory_type,
 };
 
 }  // namespace

@@ -155,7 +155,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
 // we have it.
 void Iface::fetch_truncated(RxEvent &r) {
     ++truncated_fetches;
-    r.buf = RxPool::alloc_fetched(r.ev.rlength, rx_headroom);
+    r.buf = (r.ev.pt_index == am_pt ? am_rx : tag_rx).alloc_fetched(r.ev.rlength);
     Op *op = new_fetch_op();
     op->rx = &r;
     int rc = r.buf.data ? PTL_OK : PTL_NO_SPACE;

@@ -6,6 +6,7 @@ extern "C" {
 #include <ucs/debug/log.h>
 }
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -13,14 +14,13 @@ namespace uct_portals {
 
 namespace {
 
-// An element: [uct_recv_desc_t* | rx_headroom | body]. UCT finds the release callback in
-// the pointer just before the descriptor (uct_recv_desc()).
+// UCT finds the release callback in the pointer just before the descriptor
+// (uct_recv_desc()); the descriptor is the start of the headroom.
 constexpr size_t kDescPtr = sizeof(uct_recv_desc_t *);
 
-void fetched_release_cb(uct_recv_desc_t *, void *desc) {
-    std::free(static_cast<char *>(desc) - kDescPtr);
+void set_release(char *body, unsigned headroom, uct_recv_desc_t *release) {
+    *reinterpret_cast<uct_recv_desc_t **>(body - headroom - kDescPtr) = release;
 }
-uct_recv_desc_t fetched_release = {fetched_release_cb};
 
 ptl_me_t slot_me(void *start, size_t length) {
     return make_me(start, length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, 0,
@@ -29,24 +29,33 @@ ptl_me_t slot_me(void *start, size_t length) {
 
 }  // namespace
 
-int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size, unsigned headroom,
-                 const char *name) {
+void BufLayout::init(unsigned rx_headroom, size_t alignment, size_t align_offset) {
+    headroom = rx_headroom;
+    align = alignment;
+    lead = (kDescPtr + headroom + align_offset + align - 1) / align * align - align_offset;
+}
+
+int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size,
+                 const BufLayout &layout, const char *name) {
     ni_ = ni;
     pt_ = pt;
     count_ = count ? count : 1;
     seg_size_ = seg_size;
-    headroom_ = headroom;
-    stride_ = (kDescPtr + headroom + seg_size + 63) & ~size_t(63);
+    layout_ = layout;
+    const size_t align = std::max<size_t>(layout.align, 64);
+    stride_ = (layout.lead + seg_size + align - 1) / align * align;
     batch_ = count_ / 8 ? count_ / 8 : 1;
-    if (posix_memalign(reinterpret_cast<void **>(&buf_), 64, stride_ * count_)) {
+    if (posix_memalign(reinterpret_cast<void **>(&buf_), align, stride_ * count_)) {
         ucs_error("portals: cannot allocate %u %s receive descriptors of %zu bytes", count_, name, stride_);
         return PTL_NO_SPACE;
     }
     release_desc_.super.cb = release_desc_cb;
     release_desc_.pool = this;
+    release_fetched_.super.cb = release_fetched_cb;
+    release_fetched_.pool = this;
     mes_.assign(count_, PTL_INVALID_HANDLE);
     for (unsigned i = 0; i < count_; ++i) {
-        *reinterpret_cast<uct_recv_desc_t **>(element(int(i))) = &release_desc_.super;
+        set_release(body(int(i)), layout_.headroom, &release_desc_.super);
         freed_.push_back(int(i));
     }
     return repost();
@@ -67,8 +76,7 @@ void RxPool::cleanup() {
 // list stays [descriptors..., catch-all] at every instant a message may arrive.
 int RxPool::repost() {
     for (int i : freed_) {
-        char *body = element(i) + kDescPtr + headroom_;
-        ptl_me_t me = slot_me(body, seg_size_);
+        ptl_me_t me = slot_me(body(i), seg_size_);
         int rc = PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, element(i), &mes_[size_t(i)]);
         if (rc != PTL_OK) {
             ucs_error("portals: PtlMEAppend of a receive descriptor failed: %d", rc);
@@ -94,9 +102,9 @@ RecvBuf RxPool::take(const ptl_event_t &ev) {
     mes_[size_t(i)] = PTL_INVALID_HANDLE;
     --posted_;
     RecvBuf b;
-    b.data = element(i) + kDescPtr + headroom_;
+    b.data = body(i);
     b.length = ev.mlength;
-    b.headroom = headroom_;
+    b.headroom = layout_.headroom;
     b.pool = this;
     b.index = i;
     return b;
@@ -109,27 +117,36 @@ void RxPool::release(int index) {
 
 void RxPool::release_desc_cb(uct_recv_desc_t *self, void *desc) {
     RxPool *p = reinterpret_cast<ReleaseDesc *>(self)->pool;
-    const int i = int((static_cast<char *>(desc) - kDescPtr - p->buf_) / ptrdiff_t(p->stride_));
+    const int i = int((static_cast<char *>(desc) - p->buf_) / ptrdiff_t(p->stride_));
     p->release(i);
 }
 
-RecvBuf RxPool::alloc_fetched(size_t length, unsigned headroom) {
+void RxPool::release_fetched_cb(uct_recv_desc_t *self, void *desc) {
+    const BufLayout &l = reinterpret_cast<ReleaseDesc *>(self)->pool->layout_;
+    std::free(static_cast<char *>(desc) + l.headroom - l.lead);
+}
+
+RecvBuf RxPool::alloc_fetched(size_t length) {
     RecvBuf b;
-    char *e = static_cast<char *>(std::malloc(kDescPtr + headroom + (length ? length : 1)));
-    if (!e) return b;
-    *reinterpret_cast<uct_recv_desc_t **>(e) = &fetched_release;
-    b.data = e + kDescPtr + headroom;
+    void *e = nullptr;
+    if (posix_memalign(&e, std::max<size_t>(layout_.align, sizeof(void *)),
+                       layout_.lead + (length ? length : 1)))
+        return b;
+    b.data = static_cast<char *>(e) + layout_.lead;
+    set_release(b.data, layout_.headroom, &release_fetched_.super);
     b.length = length;
-    b.headroom = headroom;
+    b.headroom = layout_.headroom;
+    b.pool = this;
+    b.fetched = true;
     return b;
 }
 
 void RxPool::release_buf(const RecvBuf &b) {
     if (!b.data || b.borrowed) return;
-    if (b.pool) {
-        b.pool->release(b.index);
+    if (b.fetched) {
+        release_fetched_cb(&b.pool->release_fetched_.super, b.data - b.headroom);
     } else {
-        std::free(b.data - b.headroom - kDescPtr);
+        b.pool->release(b.index);
     }
 }
 

@@ -20,19 +20,31 @@ namespace uct_portals {
 
 class RxPool;
 
+// Where a message body sits in a receive buffer: [uct_recv_desc_t* | rx_headroom | body],
+// with the body placed so that body + align_offset is a multiple of align (UCT's
+// am_alignment/am_align_offset; without them, a cache line). `lead` is the body's offset
+// from the start of a buffer aligned to `align`.
+struct BufLayout {
+    unsigned headroom = 0;
+    size_t align = 64;
+    size_t lead = 0;
+    void init(unsigned rx_headroom, size_t alignment, size_t align_offset);
+};
+
 // A received message body: in a descriptor of a pool, or in a buffer fetched from the sender.
 struct RecvBuf {
     char *data = nullptr;
     size_t length = 0;
-    RxPool *pool = nullptr;  // null: a fetched buffer (freed on release)
-    int index = -1;          // the descriptor in `pool`
+    RxPool *pool = nullptr;  // the pool it belongs to (fetched buffers follow its layout)
+    int index = -1;          // the descriptor in `pool`, unless fetched
     unsigned headroom = 0;
+    bool fetched = false;   // a heap buffer, freed on release
     bool borrowed = false;  // the user's posted buffer: nothing to release
 };
 
 class RxPool {
 public:
-    int init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size, unsigned headroom,
+    int init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t seg_size, const BufLayout &layout,
              const char *name);
     void cleanup();
 
@@ -46,26 +58,27 @@ public:
     // The descriptor may be reused; re-posts in batches.
     void release(int index);
     unsigned posted() const { return posted_; }
-    unsigned headroom() const { return headroom_; }
-
-    // A malloc'd buffer with the same layout, for a message fetched from its sender.
-    static RecvBuf alloc_fetched(size_t length, unsigned headroom);
+    // A heap buffer with the same layout, for a message fetched from its sender.
+    RecvBuf alloc_fetched(size_t length);
     // Releases a message body that UCT did not keep.
     static void release_buf(const RecvBuf &b);
 
 private:
     static void release_desc_cb(uct_recv_desc_t *self, void *desc);
+    static void release_fetched_cb(uct_recv_desc_t *self, void *desc);
     char *element(int i) const { return buf_ + size_t(i) * stride_; }
+    char *body(int i) const { return element(i) + layout_.lead; }
     int repost();
 
     struct ReleaseDesc {
         uct_recv_desc_t super;
         RxPool *pool;
     };
-    ReleaseDesc release_desc_{};
+    ReleaseDesc release_desc_{}, release_fetched_{};
+    BufLayout layout_;
     ptl_handle_ni_t ni_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
-    unsigned count_ = 0, headroom_ = 0, posted_ = 0, batch_ = 1;
+    unsigned count_ = 0, posted_ = 0, batch_ = 1;
     size_t seg_size_ = 0, stride_ = 0;
     char *buf_ = nullptr;
     std::vector<ptl_handle_me_t> mes_;

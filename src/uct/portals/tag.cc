@@ -172,7 +172,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     f->drain_eq();
     for (RxEvent &r : f->rx_fifo) {
         if (r.ctx != ctx || r.unexpected) continue;
-        RecvBuf b = RxPool::alloc_fetched(r.buf.length, f->rx_headroom);
+        RecvBuf b = f->tag_rx.alloc_fetched(r.buf.length);
         if (!b.data) return UCS_ERR_NO_MEMORY;
         if (r.buf.length) std::memcpy(b.data, r.buf.data, r.buf.length);
         r.buf = b;
