@@ -33,9 +33,10 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
 }
 
 // Copies header + iov into a send buffer; returns the length, or < 0 for no buffer.
-ssize_t uct_portals::gather(Iface *f, int *desc, const void *header, size_t header_length,
-                            const uct_iov_t *iov, size_t iovcnt) {
-    *desc = f->get_tx_desc();
+ssize_t uct_portals::gather(Ep *ep, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
+                            size_t iovcnt) {
+    Iface *f = ep->iface;
+    *desc = f->get_tx_desc(ep);
     if (*desc < 0) return UCS_ERR_NO_RESOURCE;
     char *p = f->tx_desc_addr(*desc);
     if (header_length) std::memcpy(p, header, header_length);
@@ -45,9 +46,10 @@ ssize_t uct_portals::gather(Iface *f, int *desc, const void *header, size_t head
     return ssize_t(header_length + n);
 }
 
-ssize_t uct_portals::pack_into_desc(Iface *f, int *desc, uct_pack_callback_t pack_cb, void *arg,
+ssize_t uct_portals::pack_into_desc(Ep *ep, int *desc, uct_pack_callback_t pack_cb, void *arg,
                                     const char *what) {
-    *desc = f->get_tx_desc();
+    Iface *f = ep->iface;
+    *desc = f->get_tx_desc(ep);
     if (*desc < 0) return UCS_ERR_NO_RESOURCE;
     const size_t length = pack_cb(f->tx_desc_addr(*desc), arg);
     if (length > f->seg_size) {
@@ -64,7 +66,7 @@ extern "C" ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint
     Iface *f = ep->iface;
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(length + sizeof(header), 0, f->seg_size, "am_short");
-    const int d = f->get_tx_desc();
+    const int d = f->get_tx_desc(ep);
     if (d < 0) return UCS_ERR_NO_RESOURCE;
     char *p = f->tx_desc_addr(d);
     std::memcpy(p, &header, sizeof header);
@@ -79,7 +81,7 @@ extern "C" ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "am_short_iov");
     int d;
-    const ssize_t len = gather(f, &d, nullptr, 0, iov, iovcnt);
+    const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
     return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), nullptr);
 }
@@ -89,9 +91,9 @@ extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_AM_ID(id);
-    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t length = pack_into_desc(f, &d, pack_cb, arg, "am_bcopy");
+    const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, "am_bcopy");
     if (length < 0) return length;
     const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(length), nullptr);
     return s == UCS_OK ? length : ssize_t(s);
@@ -104,10 +106,11 @@ extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, cons
     Iface *f = ep->iface;
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_PARAM(iovcnt <= kMaxIov, "am_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
+    UCT_CHECK_LENGTH(header_length, 0, f->max_am_hdr(), "am_zcopy header");
     UCT_CHECK_LENGTH(header_length + uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "am_zcopy");
-    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t len = gather(f, &d, header, header_length, iov, iovcnt);
+    const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
     const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), comp);
     return s == UCS_OK ? UCS_INPROGRESS : s;

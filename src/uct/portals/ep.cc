@@ -54,7 +54,7 @@ extern "C" ucs_status_t uct_portals_ep_fence(uct_ep_h, unsigned) {
 extern "C" ucs_status_t uct_portals_ep_pending_add(uct_ep_h tl_ep, uct_pending_req_t *req, unsigned) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    if (f->has_tx_resources()) return UCS_ERR_BUSY;
+    if (f->can_send(ep)) return UCS_ERR_BUSY;
     ucs_queue_push(&ep->pending, reinterpret_cast<ucs_queue_elem_t *>(req->priv));
     if (!ep->in_pending_list) {
         f->pending_eps.push_back(ep);

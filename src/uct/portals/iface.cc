@@ -33,7 +33,7 @@ int append_tx_pool_me(Iface &f) {
 void release_objects(Iface &f) {
     f.am_rx.cleanup();
     f.tag_rx.cleanup();
-    for (uct_tag_context_t *ctx : f.posted) PtlMEUnlink(tag_recv(ctx)->me);
+    for (const auto &[ctx, tag] : f.posted) PtlMEUnlink(tag_recv(ctx)->me);
     f.posted.clear();
     for (Op &op : f.ops)
         if (op.type == OpType::Rndv && op.src_me != PTL_INVALID_HANDLE) PtlMEUnlink(op.src_me);
@@ -169,7 +169,6 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     Iface *f = iface_of(tl_iface);
     uct_base_iface_query(&f->uct->super, attr);
     const size_t seg = f->seg_size;
-    const size_t put_short = std::min<size_t>(seg, f->max_volatile);
     attr->iface_addr_len = sizeof(uct_portals_iface_addr_t);
     attr->device_addr_len = sizeof(uct_portals_device_addr_t);
     attr->ep_addr_len = 0;
@@ -183,8 +182,8 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.event_flags =
         UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV | UCT_IFACE_FLAG_EVENT_FD;
 
-    attr->cap.put.max_short = put_short;
-    attr->cap.put.max_bcopy = put_short;
+    attr->cap.put.max_short = f->max_put_short();
+    attr->cap.put.max_bcopy = f->max_put_short();
     attr->cap.put.min_zcopy = 0;
     attr->cap.put.max_zcopy = SIZE_MAX >> 24;
     attr->cap.put.opt_zcopy_align = 1;
@@ -205,7 +204,7 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.am.max_zcopy = seg;
     attr->cap.am.opt_zcopy_align = 1;
     attr->cap.am.align_mtu = 1;
-    attr->cap.am.max_hdr = std::min<size_t>(128, seg / 2);
+    attr->cap.am.max_hdr = f->max_am_hdr();
     attr->cap.am.max_iov = kMaxIov;
 
     attr->cap.tag.recv.min_recv = 0;
@@ -216,7 +215,7 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.tag.eager.max_bcopy = seg;
     attr->cap.tag.eager.max_zcopy = seg;
     attr->cap.tag.eager.max_iov = kMaxIov;
-    attr->cap.tag.rndv.max_zcopy = SIZE_MAX >> 24;
+    attr->cap.tag.rndv.max_zcopy = size_t(1) << 30;  // like IB; UCP reads larger ones in software
     attr->cap.tag.rndv.max_hdr = std::min(f->rndv_max_hdr, seg - sizeof(RndvInfo));
     attr->cap.tag.rndv.max_iov = 1;
 
@@ -311,7 +310,7 @@ extern "C" void uct_portals_iface_progress_disable(uct_iface_h tl_iface, unsigne
 
 Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
     Op *op = free_ops;
-    if (!op) return nullptr;
+    if (!op || (ep && ep->blocked_by_pending())) return nullptr;
     free_ops = op->next_free;
     ++ops_in_flight;
     *op = Op{};
@@ -369,19 +368,31 @@ void Iface::complete_op(Op *op, ucs_status_t status) {
     if (comp) uct_invoke_completion(comp, status);
 }
 
+// A request answering UCS_INPROGRESS made progress but stays first in its ep's queue; its ep
+// goes to the back, and each ep gets at most one such turn per call.
 void Iface::dispatch_pending() {
+    size_t in_progress_turns = pending_eps.size();
     while (has_tx_resources() && !pending_eps.empty()) {
         Ep *ep = pending_eps.front();
         pending_eps.pop_front();
         ep->in_pending_list = false;
         ucs_queue_elem_t *elem = ucs_queue_pull(&ep->pending);
         uct_pending_req_t *req = ucs_container_of(elem, uct_pending_req_t, priv);
+        ep->dispatching = true;
         const ucs_status_t s = req->func(req);
+        ep->dispatching = false;
         if (s == UCS_ERR_NO_RESOURCE) {
             ucs_queue_push_head(&ep->pending, elem);
             pending_eps.push_front(ep);
             ep->in_pending_list = true;
             return;
+        }
+        if (s == UCS_INPROGRESS) {
+            ucs_queue_push_head(&ep->pending, elem);
+            pending_eps.push_back(ep);
+            ep->in_pending_list = true;
+            if (--in_progress_turns == 0) return;
+            continue;
         }
         if (!ucs_queue_is_empty(&ep->pending) && !ep->in_pending_list) {
             pending_eps.push_back(ep);  // round robin

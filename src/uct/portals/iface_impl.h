@@ -20,7 +20,7 @@ extern "C" {
 #include <cstdint>
 #include <deque>
 #include <set>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "me.h"
@@ -134,6 +134,10 @@ struct Ep {
     std::vector<std::pair<uint64_t, uct_completion_t *>> flushes;  // complete when all < seq are
     ucs_queue_head_t pending;
     bool in_pending_list = false;
+    bool dispatching = false;  // a pending request of this ep is running
+    // While requests wait, new sends on the ep fail (UCS_ERR_NO_RESOURCE) so they cannot
+    // overtake them, except the sends of the request being dispatched.
+    bool blocked_by_pending() const { return !dispatching && !ucs_queue_is_empty(&pending); }
 };
 
 }  // namespace uct_portals
@@ -160,8 +164,9 @@ struct Iface {
     // receive side
     RxPool am_rx, tag_rx;
     std::deque<RxEvent> rx_fifo;
-    std::deque<uct_tag_context_t *> cancelled;       // completed_cb(UCS_ERR_CANCELED) to report
-    std::unordered_set<uct_tag_context_t *> posted;  // receives whose ME is linked
+    // completed_cb(UCS_ERR_CANCELED) to report, with the tag the receive was posted with
+    std::deque<std::pair<uct_tag_context_t *, uct_tag_t>> cancelled;
+    std::unordered_map<uct_tag_context_t *, uct_tag_t> posted;  // receives whose ME is linked
     uct_tag_unexp_eager_cb_t eager_cb = nullptr;
     void *eager_arg = nullptr;
     uct_tag_unexp_rndv_cb_t rndv_cb = nullptr;
@@ -185,14 +190,27 @@ struct Iface {
     // ops
     Op *get_op(Ep *ep, OpType t, uct_completion_t *comp);
     void complete_op(Op *op, ucs_status_t status);
-    int get_tx_desc() {
-        if (tx_free.empty()) return -1;
+    int get_tx_desc(const Ep *ep) {
+        if (tx_free.empty() || ep->blocked_by_pending()) return -1;
         const int d = tx_free.back();
         tx_free.pop_back();
         return d;
     }
     char *tx_desc_addr(int d) const { return tx_buf + size_t(d) * tx_stride; }
     bool has_tx_resources() const { return free_ops != nullptr && !tx_free.empty(); }
+    // Posted, or matched or cancelled without its completion reported yet.
+    bool tag_context_in_use(const uct_tag_context_t *ctx) const {
+        if (posted.count(const_cast<uct_tag_context_t *>(ctx))) return true;
+        for (const RxEvent &r : rx_fifo)
+            if (r.ctx == ctx) return true;
+        for (const auto &c : cancelled)
+            if (c.first == ctx) return true;
+        return false;
+    }
+    bool can_send(const Ep *ep) const { return has_tx_resources() && !ep->blocked_by_pending(); }
+    // Limits reported by iface_query and enforced by the sends.
+    size_t max_put_short() const { return std::min(seg_size, max_volatile); }
+    size_t max_am_hdr() const { return std::min<size_t>(128, seg_size / 2); }
     void put_op(Op *op);
     void complete_flushes(Ep *ep);
     void dispatch_pending();
@@ -218,11 +236,11 @@ namespace uct_portals {
 
 // Copies header + iov into a free send buffer (*desc); returns the length, or
 // UCS_ERR_NO_RESOURCE when no buffer is free.
-ssize_t gather(Iface *f, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
+ssize_t gather(Ep *ep, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
                size_t iovcnt);
 
 // Packs into a free send buffer (*desc); returns the length, or an error (buffer released).
-ssize_t pack_into_desc(Iface *f, int *desc, uct_pack_callback_t pack_cb, void *arg, const char *what);
+ssize_t pack_into_desc(Ep *ep, int *desc, uct_pack_callback_t pack_cb, void *arg, const char *what);
 
 // Engine return codes to UCX statuses.
 ucs_status_t status_of(int ptl_rc);

@@ -40,9 +40,9 @@ unsigned Iface::progress() {
     drain_eq();
     unsigned n = deliver_rx();
     while (!cancelled.empty()) {
-        uct_tag_context_t *ctx = cancelled.front();
+        const auto [ctx, tag] = cancelled.front();
         cancelled.pop_front();
-        ctx->completed_cb(ctx, 0, 0, 0, nullptr, UCS_ERR_CANCELED);
+        ctx->completed_cb(ctx, tag, 0, tag_recv(ctx)->length, nullptr, UCS_ERR_CANCELED);
         ++n;
     }
     if (!pending_eps.empty()) dispatch_pending();

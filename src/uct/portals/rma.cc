@@ -52,7 +52,7 @@ ucs_status_t get(Ep *ep, Op *op, void *dst, size_t length, uint64_t remote_addr,
 extern "C" ucs_status_t uct_portals_ep_put_short(uct_ep_h tl_ep, const void *buffer, unsigned length,
                                                  uint64_t remote_addr, uct_rkey_t rkey) {
     Ep *ep = ep_of(tl_ep);
-    UCT_CHECK_LENGTH(length, 0, ep->iface->max_volatile, "put_short");
+    UCT_CHECK_LENGTH(length, 0, ep->iface->max_put_short(), "put_short");
     const ucs_status_t s = put(ep, buffer, length, remote_addr, rkey, nullptr, false);
     return s == UCS_INPROGRESS ? UCS_OK : s;
 }
@@ -61,8 +61,8 @@ extern "C" ssize_t uct_portals_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t 
                                             uint64_t remote_addr, uct_rkey_t rkey) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
-    const size_t room = std::min<size_t>(f->seg_size, f->max_volatile);
+    if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
+    const size_t room = f->max_put_short();
     void *buf = alloca(room);
     const size_t length = pack_cb(buf, arg);
     UCT_CHECK_LENGTH(length, 0, room, "put_bcopy");

@@ -37,7 +37,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_LENGTH(length, 0, f->seg_size, "tag_eager_short");
-    const int d = f->get_tx_desc();
+    const int d = f->get_tx_desc(ep);
     if (d < 0) return UCS_ERR_NO_RESOURCE;
     if (length) std::memcpy(f->tx_desc_addr(d), data, length);
     return eager_send(ep, tag, 0, d, length, nullptr);
@@ -47,9 +47,9 @@ extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag,
                                                   uct_pack_callback_t pack_cb, void *arg, unsigned) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t length = pack_into_desc(f, &d, pack_cb, arg, "tag_eager_bcopy");
+    const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, "tag_eager_bcopy");
     if (length < 0) return length;
     const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(length), nullptr);
     return s == UCS_OK ? length : ssize_t(s);
@@ -62,9 +62,9 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     Iface *f = ep->iface;
     UCT_CHECK_PARAM(iovcnt <= kMaxIov, "tag_eager_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
     UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "tag_eager_zcopy");
-    if (!f->has_tx_resources()) return UCS_ERR_NO_RESOURCE;
+    if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t len = gather(f, &d, nullptr, 0, iov, iovcnt);
+    const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
     const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len), comp);
     return s == UCS_OK ? UCS_INPROGRESS : s;
@@ -80,13 +80,13 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
         return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
     }
     if (header_length + sizeof(RndvInfo) > f->seg_size) return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
-    if (!f->has_tx_resources()) return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
+    if (!f->can_send(ep)) return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
     const uct_iov_t empty{};
     const uct_iov_t *v = iovcnt ? iov : &empty;
     const size_t length = iovcnt ? uct_iov_get_length(v) : 0;
     const uint64_t key = f->next_rndv_key++ & ~(kTxPoolBits | kRndvBits);
 
-    const int d = f->get_tx_desc();
+    const int d = f->get_tx_desc(ep);
     Op *op = f->get_op(ep, OpType::Rndv, comp);
     op->tx_desc = d;
     op->length = sizeof(RndvInfo) + header_length;
@@ -131,7 +131,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_rndv_request(uct_ep_h tl_ep, uct_tag_
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_LENGTH(header_length, 0, f->seg_size, "tag_rndv_request");
-    const int d = f->get_tx_desc();
+    const int d = f->get_tx_desc(ep);
     if (d < 0) return UCS_ERR_NO_RESOURCE;
     if (header_length) std::memcpy(f->tx_desc_addr(d), header, header_length);
     return put_message(ep, MsgKind::TagRndvRequest, ep->tag_pt, tag, 0, d, header_length, nullptr);
@@ -142,6 +142,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
                                                          size_t iovcnt, uct_tag_context_t *ctx) {
     Iface *f = iface_of(tl_iface);
     UCT_CHECK_PARAM(iovcnt <= 1, "tag_recv_zcopy: iovcnt %zu > 1", iovcnt);
+    if (f->tag_context_in_use(ctx)) return UCS_ERR_ALREADY_EXISTS;
     if (f->posted.size() >= f->tm_list_size) return UCS_ERR_EXCEEDS_LIMIT;
     TagRecv *t = tag_recv(ctx);
     t->buffer = iovcnt ? iov[0].buffer : nullptr;
@@ -151,7 +152,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
     t->state = kTagPosted;
-    f->posted.insert(ctx);
+    f->posted.emplace(ctx, tag);
     return UCS_OK;
 }
 
@@ -163,9 +164,10 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     Iface *f = iface_of(tl_iface);
     TagRecv *t = tag_recv(ctx);
     if (t->state == kTagPosted && PtlMEUnlink(t->me) == PTL_OK) {
-        f->posted.erase(ctx);
+        const auto it = f->posted.find(ctx);
+        if (!force) f->cancelled.emplace_back(ctx, it->second);
+        f->posted.erase(it);
         t->state = kTagCancelled;
-        if (!force) f->cancelled.push_back(ctx);
         return UCS_OK;
     }
     if (!force) return UCS_OK;  // it matched: its completion follows
