@@ -1,5 +1,7 @@
 #include "loopback_wire.h"
 
+#include "../cma.h"
+
 #include <unistd.h>
 
 #include <cstring>
@@ -36,20 +38,12 @@ int LoopbackWire::progress(const MessageHandler &handler) {
     return work;
 }
 
-bool LoopbackWire::bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote,
-                             int nr) {
-    static const pid_t self = getpid();
-    ssize_t want = 0;
-    for (int i = 0; i < nl; ++i) want += ssize_t(local[i].iov_len);
-    return want == 0 || process_vm_readv(self, local, nl, remote, nr, 0) == want;
+bool LoopbackWire::bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
+    return cma_transfer(getpid(), local, nl, remote, nr, false);
 }
 
-bool LoopbackWire::bulk_write(PeerId, const struct iovec *local, int nl, const struct iovec *remote,
-                              int nr) {
-    static const pid_t self = getpid();
-    ssize_t want = 0;
-    for (int i = 0; i < nl; ++i) want += ssize_t(local[i].iov_len);
-    return want == 0 || process_vm_writev(self, local, nl, remote, nr, 0) == want;
+bool LoopbackWire::bulk_write(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
+    return cma_transfer(getpid(), local, nl, remote, nr, true);
 }
 
 }  // namespace ptl

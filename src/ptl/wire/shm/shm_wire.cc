@@ -1,5 +1,7 @@
 #include "shm_wire.h"
 
+#include "../cma.h"
+
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -71,7 +73,7 @@ ShmWire::Peer *ShmWire::peer(PeerId id) {
     const std::string name = identity::ring_name(id.nid, id.pid);
     int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) return nullptr;
-    struct stat st{};
+    struct stat st {};
     if (fstat(fd, &st) != 0 || st.st_size < off_t(sizeof(RingControl))) {
         close(fd);
         return nullptr;
@@ -94,7 +96,9 @@ ShmWire::Peer *ShmWire::peer(PeerId id) {
     return raw;
 }
 
-size_t ShmWire::max_inline(PeerId) const { return rx_.max_message_bytes(); }
+size_t ShmWire::max_inline(PeerId) const {
+    return rx_.max_message_bytes();
+}
 
 bool ShmWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                    int payload_count) {
@@ -126,7 +130,9 @@ bool ShmWire::flush_backlog(Peer &p) {
         const std::vector<char> &m = p.backlog.front();
         uint16_t hl;
         std::memcpy(&hl, m.data(), sizeof hl);
-        struct iovec pl{const_cast<char *>(m.data()) + sizeof hl + hl, m.size() - sizeof hl - hl};
+        struct iovec pl {
+            const_cast<char *>(m.data()) + sizeof hl + hl, m.size() - sizeof hl - hl
+        };
         if (!p.ring.try_push(self_.nid, self_.pid, m.data() + sizeof hl, hl, &pl, 1, pl.iov_len))
             return false;
         p.backlog.pop_front();
@@ -173,47 +179,20 @@ bool ShmWire::peer_dead(PeerId id) {
     return p.dead;
 }
 
-bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iovec *remote,
-                  int nr, bool write) {
+bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                  bool write) {
     Peer *p = peer(id);
     if (!p || p->dead) return false;
-    // The kernel stops at the first bad address; walk both lists until everything moved.
-    std::vector<struct iovec> l(local, local + nl), r(remote, remote + nr);
-    size_t li = 0, ri = 0;
-    while (li < l.size() && ri < r.size()) {
-        const int lc = int(std::min<size_t>(l.size() - li, 1024));
-        const int rc = int(std::min<size_t>(r.size() - ri, 1024));
-        ssize_t n = write ? process_vm_writev(p->os_pid, &l[li], lc, &r[ri], rc, 0)
-                          : process_vm_readv(p->os_pid, &l[li], lc, &r[ri], rc, 0);
-        if (n < 0) {
-            if (errno == ESRCH) p->dead = true;
-            return false;
-        }
-        if (n == 0) return false;
-        size_t left = size_t(n);
-        auto advance = [&](std::vector<struct iovec> &v, size_t &i, size_t k) {
-            while (k && i < v.size()) {
-                const size_t s = std::min(k, v[i].iov_len);
-                v[i].iov_base = static_cast<char *>(v[i].iov_base) + s;
-                v[i].iov_len -= s;
-                k -= s;
-                if (v[i].iov_len == 0) ++i;
-            }
-            while (i < v.size() && v[i].iov_len == 0) ++i;
-        };
-        advance(l, li, left);
-        advance(r, ri, left);
-    }
-    return true;
+    if (cma_transfer(p->os_pid, local, nl, remote, nr, write)) return true;
+    if (errno == ESRCH) p->dead = true;
+    return false;
 }
 
-bool ShmWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote,
-                        int nr) {
+bool ShmWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
     return cma(from, local, nl, remote, nr, false);
 }
 
-bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote,
-                         int nr) {
+bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
     return cma(to, local, nl, remote, nr, true);
 }
 
@@ -223,7 +202,9 @@ void ShmWire::wait_for_traffic(long timeout_us) {
     c->sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (rx_.empty_for_consumer()) {
-        struct timespec ts{timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+        struct timespec ts {
+            timeout_us / 1000000, (timeout_us % 1000000) * 1000
+        };
         syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
     }
     c->sleeping.store(0, std::memory_order_relaxed);
