@@ -76,8 +76,10 @@ run() {
 #   test_ucp_tag_match_rndv.exp_huge_mix/{2,3,6}  the put-based rendezvous variants
 #                     with a 2.5 GB message stall (a known bug, issue 3 notes); the
 #                     get-based variants of the same test run
+#   test_ucp_tag_xfer, _tag_nbx, _tag_limits, _tag_mem_type, test_ucp_fence*: not yet
+#                     run to the end against portals (next step of issue 3)
 ci_filter='portals/*-portals/test_ucp*:portals/test_tag_mp_xrq.*:portals/test_uct_perf.*'
-ci_filter_ucp='portals/test_ucp_tag*:portals/test_ucp_am*:portals/test_ucp_rma*:portals/test_ucp_atomic*:portals/test_ucp_fence*-portals/test_ucp_tag_match_rndv.exp_huge_mix/2:portals/test_ucp_tag_match_rndv.exp_huge_mix/3:portals/test_ucp_tag_match_rndv.exp_huge_mix/6'
+ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*-portals/test_ucp_tag_match_rndv.exp_huge_mix/2:portals/test_ucp_tag_match_rndv.exp_huge_mix/3:portals/test_ucp_tag_match_rndv.exp_huge_mix/6'
 
 case "${1:-}" in
   build) build ;;

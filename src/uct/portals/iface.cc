@@ -76,6 +76,10 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->uct = uct;
     f->ni = pmd->ni;
     f->seg_size = seg_size;
+    // Tag offload unless the opener lists its features without UCT_IFACE_FEATURE_TAG (UCP
+    // without UCP_FEATURE_TAG).
+    f->tag_offload =
+        !(params->field_mask & UCT_IFACE_PARAM_FIELD_FEATURES) || (params->features & UCT_IFACE_FEATURE_TAG);
     f->rndv_max_hdr = cfg->rndv_max_hdr;
     f->tm_list_size = cfg->tm_list_size;
     f->latency = cfg->latency_ns;
@@ -177,8 +181,9 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
                       UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
                       UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
                       UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
-                      UCT_IFACE_FLAG_TAG_EAGER_SHORT | UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
-                      UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY;
+                      (f->tag_offload ? UCT_IFACE_FLAG_TAG_EAGER_SHORT | UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
+                                            UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY
+                                      : 0);
     attr->cap.event_flags =
         UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV | UCT_IFACE_FLAG_EVENT_FD;
 

@@ -151,6 +151,7 @@ struct Iface {
     // configuration
     size_t seg_size = 0;
     size_t rndv_max_hdr = 0;
+    bool tag_offload = true;
     unsigned tm_list_size = 0;
     double latency = 0, bandwidth = 0;
     // Portals objects

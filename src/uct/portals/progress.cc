@@ -172,9 +172,12 @@ void Iface::fetch_truncated(RxEvent &r) {
     }
 }
 
+// At most kMaxDeliveries per call, like UCX's transports poll a bounded number of
+// completions: the caller's other work (and UCP's probe) sees messages in portions.
 unsigned Iface::deliver_rx() {
+    constexpr unsigned kMaxDeliveries = 64;
     unsigned n = 0;
-    while (!rx_fifo.empty() && rx_fifo.front().ready) {
+    while (n < kMaxDeliveries && !rx_fifo.empty() && rx_fifo.front().ready) {
         RxEvent r = rx_fifo.front();
         rx_fifo.pop_front();
         deliver_one(r);
