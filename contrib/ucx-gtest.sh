@@ -70,7 +70,7 @@ run() {
 # What CI runs: every uct test instantiated for portals, and UCP's tag, active message,
 # RMA and atomic tests with UCX_TLS=portals. Left out, with the reason:
 #   test_tag_mp_xrq   multi-packet XRQ tag offload, an mlx5 RC feature (RC_TM_MP_* config)
-#   test_uct_perf     UCX's performance envelope: on this 2-vCPU machine it checks no
+#   test_uct_perf, test_uct_loopback  UCX's performance envelope: on this 2-vCPU machine it checks no
 #                     threshold ("performance not checked") and takes minutes; bench/
 #                     measures portals against UCX's transports instead
 #   test_ucp_tag_match_rndv.exp_huge_mix/{2,3,6}  the put-based rendezvous variants
@@ -78,7 +78,7 @@ run() {
 #                     get-based variants of the same test run
 #   test_ucp_tag_xfer, _tag_nbx, _tag_limits, _tag_mem_type, test_ucp_fence*: not yet
 #                     run to the end against portals (next step of issue 3)
-ci_filter='portals/*-portals/test_ucp*:portals/test_tag_mp_xrq.*:portals/test_uct_perf.*'
+ci_filter='portals/*-portals/test_ucp*:portals/test_tag_mp_xrq.*:portals/test_uct_perf.*:portals/test_uct_loopback.*'
 ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*-portals/test_ucp_tag_match_rndv.exp_huge_mix/2:portals/test_ucp_tag_match_rndv.exp_huge_mix/3:portals/test_ucp_tag_match_rndv.exp_huge_mix/6'
 
 case "${1:-}" in
