@@ -19,33 +19,16 @@ prefix=${1:-$cache/ucx-native}
 mkdir -p "$prefix"
 prefix=$(cd "$prefix" && pwd)
 
+# shellcheck source=contrib/ucx-tree.sh
+. "$here/ucx-tree.sh"
 src=$("$here/ucx-source.sh")
 stamp="$(basename "$src") $(cat "$here"/ucx-native/*.patch | sha256sum | cut -c1-12)"
 work=$cache/native-build
 
 if [ "$(cat "$prefix/.portals-ucx-native" 2>/dev/null)" != "$stamp" ]; then
   echo "build-ucx-native: building $(basename "$src") with portals in its module list into $prefix"
-  rm -rf "$work"
-  mkdir -p "$work"
-  cp -a "$src" "$work/src"
-  for p in "$here"/ucx-native/*.patch; do
-    patch -d "$work/src" -p1 --quiet < "$p"
-  done
-  (cd "$work/src" && ./autogen.sh > "$work/autogen.log" 2>&1) || { tail -20 "$work/autogen.log"; exit 1; }
-  # The installed UCX's feature flags (same struct layouts), with our prefix.
-  flags=()
-  set -f
-  for f in $(ucx_info -v | sed -n 's/^# Configured with: //p'); do
-    case $f in
-      --prefix=* | --libdir=* | --includedir=* | --mandir=* | --infodir=* | --sysconfdir=* | \
-        --localstatedir=* | --runstatedir=*) ;;
-      *) flags+=("$f") ;;
-    esac
-  done
-  set +f
-  mkdir -p "$work/build"
-  (cd "$work/build" && ../src/configure --prefix="$prefix" "${flags[@]}" --without-java --without-go > "$work/configure.log" 2>&1) ||
-    { tail -30 "$work/configure.log"; exit 1; }
+  ucx_prepare_tree "$work" "$src" "$here"/ucx-native/*.patch
+  ucx_configure_tree "$work" --prefix="$prefix"
   grep -q '#define uct_MODULES ".*:portals' "$work/build/config.h" ||
     { echo "build-ucx-native: portals did not make it into uct_MODULES" >&2; exit 1; }
   make -C "$work/build" -j"$(nproc)" > "$work/make.log" 2>&1 || { tail -40 "$work/make.log"; exit 1; }

@@ -17,6 +17,8 @@ top=$(dirname "$here")
 cache=${PORTALS_UCX_CACHE:-$HOME/.cache/portals-ucx}
 builddir=${PORTALS_BUILD_DIR:-$top/_build}
 
+# shellcheck source=contrib/ucx-tree.sh
+. "$here/ucx-tree.sh"
 src=$("$here/ucx-source.sh")
 version=$(basename "$src")
 patch_hash=$(cat "$here"/ucx-gtest/*.patch | sha256sum | cut -c1-12)
@@ -30,22 +32,9 @@ build() {
     return
   fi
   echo "ucx-gtest: building UCX's gtest in $dir (once)"
-  rm -rf "$dir"
-  mkdir -p "$dir"
-  cp -a "$src" "$dir/src"
-  for p in "$here"/ucx-gtest/*.patch; do
-    patch -d "$dir/src" -p1 --quiet < "$p"
-  done
-  (cd "$dir/src" && ./autogen.sh > "$dir/autogen.log" 2>&1) ||
-    { tail -20 "$dir/autogen.log"; exit 1; }
-  # Same flags as the installed UCX: the struct layouts the module was built against.
-  local flags
-  flags=$(ucx_info -v | sed -n 's/^# Configured with: //p')
-  mkdir -p "$dir/build"
-  # Word-split the flags but keep their literal ${prefix} for configure to expand.
-  # shellcheck disable=SC2086
-  (cd "$dir/build" && set -f && ../src/configure $flags --enable-gtest --without-java --without-go > "$dir/configure.log" 2>&1) ||
-    { tail -30 "$dir/configure.log"; exit 1; }
+  ucx_prepare_tree "$dir" "$src" "$here"/ucx-gtest/*.patch
+  # Installed like Debian's: its modules directory is the one this tree's libucs searches.
+  ucx_configure_tree "$dir" --prefix=/usr --libdir="$(pkg-config --variable=libdir ucx)" --enable-gtest
   make -C "$dir/build" -j"$(nproc)" > "$dir/make.log" 2>&1 || { tail -40 "$dir/make.log"; exit 1; }
   # `all` builds the helper libraries (googletest, test modules) the gtest binary links.
   # UCX 1.13's tests trip g++ 12 warnings under its -Werror; -O1 halves their build time
