@@ -3,6 +3,7 @@
 #include "iface_impl.h"
 
 #include <new>
+#include <utility>
 
 using namespace uct_portals;
 
@@ -30,9 +31,17 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
 extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     Ep *ep = uct->impl;
     Iface *f = ep->iface;
-    // Operations still in flight complete without their ep.
-    for (Op &op : f->ops)
-        if (op.ep == ep) op.ep = nullptr;
+    // Operations still in flight finish in the engine without their ep; like UCX's own
+    // transports, their completions (and the ep's flushes) are reported now, cancelled, so
+    // nothing completes after the ep is gone.
+    for (Op &op : f->ops) {
+        if (op.ep != ep) continue;
+        op.ep = nullptr;
+        op.orphaned = true;
+        if (uct_completion_t *comp = std::exchange(op.comp, nullptr))
+            uct_invoke_completion(comp, UCS_ERR_CANCELED);
+    }
+    for (const auto &flush : ep->flushes) uct_invoke_completion(flush.second, UCS_ERR_CANCELED);
     if (ep->in_pending_list) std::erase(f->pending_eps, ep);
     delete static_cast<uct_portals_ep_impl *>(ep);
 }

@@ -338,6 +338,8 @@ void Iface::put_op(Op *op) {
         tx_owner[size_t(op->tx_desc)] = nullptr;
         tx_free.push_back(op->tx_desc);
     }
+    op->ep = nullptr;
+    op->comp = nullptr;
     op->next_free = free_ops;
     free_ops = op;
     --ops_in_flight;
@@ -360,7 +362,7 @@ void Iface::complete_flushes(Ep *ep) {
 }
 
 void Iface::complete_op(Op *op, ucs_status_t status) {
-    if (status == UCS_OK) {
+    if (status == UCS_OK && !op->orphaned) {
         switch (op->type) {
             case OpType::GetBcopy: op->unpack_cb(op->unpack_arg, op->bounce, op->length); break;
             case OpType::AtomicFetch: std::memcpy(op->result, &op->fetched, op->result_size); break;

@@ -92,6 +92,7 @@ struct Op {
     // rendezvous: the ME exposing the data
     ptl_handle_me_t src_me = PTL_INVALID_HANDLE;
     bool cancelled = false;  // rendezvous cancelled while its GET was on its way
+    bool orphaned = false;   // its ep was destroyed: completed (cancelled) already, results unwanted
     // get_bcopy lands here first
     char *bounce = nullptr;
     // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data
