@@ -679,6 +679,7 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
             fill(w.data(), w.size(), 3);
             ASSERT_EQ(uct_ep_tag_eager_short(ep, 0xabc1234, w.data(), w.size()), UCS_OK);
             std::vector<std::vector<char>> data;
+            std::vector<uct_mem_h> data_mh;
             std::deque<Counted> rdone;
             for (size_t i = 0; i < rndv_sizes.size(); ++i) {
                 data.emplace_back(rndv_sizes[i]);
@@ -686,6 +687,7 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
                 uct_mem_h mh;
                 ASSERT_EQ(uct_md_mem_reg(s.md, data.back().data(), rndv_sizes[i], UCT_MD_MEM_ACCESS_ALL, &mh),
                           UCS_OK);
+                data_mh.push_back(mh);
                 rdone.emplace_back();
                 uct_iov_t iov{data.back().data(), rndv_sizes[i], mh, rndv_sizes[i], 1};
                 const char hdr[] = "ucp header";
@@ -725,6 +727,8 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
             c.signal("bye");
             s.flush(ep);
             uct_ep_destroy(ep);
+            EXPECT_EQ(uct_md_mem_dereg(s.md, mh), UCS_OK);
+            for (uct_mem_h m : data_mh) EXPECT_EQ(uct_md_mem_dereg(s.md, m), UCS_OK);
             s.close();
         });
 }

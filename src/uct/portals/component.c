@@ -8,6 +8,17 @@
 static ucs_config_field_t uct_portals_md_config_table[] = {
     {"", "", NULL, ucs_offsetof(uct_portals_md_config_t, super),
      UCS_CONFIG_TYPE_TABLE(uct_md_config_table)},
+
+    {"RCACHE", "try",
+     "Keep registrations in a registration cache: a deregistered region stays exposed (its\n"
+     "rkey valid) until the memory is unmapped or the cache evicts it, as on UCX's IB and\n"
+     "KNEM memory domains. UCP's tag-offload rendezvous relies on this: it deregisters a\n"
+     "receive buffer whose rkey it has just sent to the peer.",
+     ucs_offsetof(uct_portals_md_config_t, rcache_enable), UCS_CONFIG_TYPE_TERNARY},
+
+    {"", "", NULL, ucs_offsetof(uct_portals_md_config_t, rcache),
+     UCS_CONFIG_TYPE_TABLE(uct_md_config_rcache_table)},
+
     {NULL}
 };
 

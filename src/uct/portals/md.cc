@@ -4,6 +4,8 @@
 #include "iface_impl.h"
 
 extern "C" {
+#include <ucm/api/ucm.h>
+#include <ucs/stats/stats.h>
 #include <ucs/sys/string.h>
 }
 
@@ -11,6 +13,10 @@ extern "C" {
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <sys/mman.h>
+
+#include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -20,7 +26,7 @@ using namespace uct_portals;
 
 namespace {
 
-ucs_status_t md_query(uct_md_h, uct_md_attr_t *attr) {
+ucs_status_t md_query(uct_md_h tl_md, uct_md_attr_t *attr) {
     attr->cap.flags = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_NEED_MEMH;
     attr->cap.reg_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     attr->cap.alloc_mem_types = 0;
@@ -29,15 +35,13 @@ ucs_status_t md_query(uct_md_h, uct_md_attr_t *attr) {
     attr->cap.max_alloc = 0;
     attr->cap.max_reg = ULONG_MAX;
     attr->rkey_packed_size = sizeof(uct_portals_rkey_t);
-    attr->reg_cost = ucs_linear_func_make(200e-9, 0);  // one ME append; no pinning
+    attr->reg_cost = ucs_derived_of(tl_md, uct_portals_md_t)->reg_cost;
     std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
     return UCS_OK;
 }
 
-ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p) {
-    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
-    auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
-    if (!h) return UCS_ERR_NO_MEMORY;
+// Exposes [address, address + length) as an ME whose match bits are a fresh key.
+ucs_status_t expose(uct_portals_md_t *md, void *address, size_t length, bool quiet, Memh *h) {
     h->key = md->next_key++;
     h->base = reinterpret_cast<uintptr_t>(address);
     const ptl_me_t me = make_me(
@@ -45,10 +49,26 @@ ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flag
         PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_SUCCESS_DISABLE, h->key, 0);
     const int rc = PtlMEAppend(md->ni, md->rma_pt, &me, PTL_PRIORITY_LIST, h, &h->me);
     if (rc != PTL_OK) {
-        std::free(h);
-        ucs_log(uct_md_reg_log_lvl(flags), "portals: registering %p length %zu failed: %d", address, length,
-                rc);
+        ucs_log(quiet ? UCS_LOG_LEVEL_DEBUG : UCS_LOG_LEVEL_ERROR,
+                "portals: registering %p length %zu failed: %d", address, length, rc);
         return status_of(rc);
+    }
+    return UCS_OK;
+}
+
+ucs_status_t unexpose(const Memh *h) {
+    const int rc = PtlMEUnlink(h->me);
+    return rc == PTL_OK ? UCS_OK : status_of(rc);
+}
+
+ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p) {
+    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
+    if (!h) return UCS_ERR_NO_MEMORY;
+    const ucs_status_t s = expose(md, address, length, uct_md_reg_log_lvl(flags) != UCS_LOG_LEVEL_ERROR, h);
+    if (s != UCS_OK) {
+        std::free(h);
+        return s;
     }
     *memh_p = h;
     return UCS_OK;
@@ -57,10 +77,60 @@ ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flag
 ucs_status_t mem_dereg(uct_md_h, const uct_md_mem_dereg_params_t *params) {
     UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
     auto *h = static_cast<Memh *>(params->memh);
-    const int rc = PtlMEUnlink(h->me);
+    const ucs_status_t s = unexpose(h);
     std::free(h);
-    return rc == PTL_OK ? UCS_OK : status_of(rc);
+    return s;
 }
+
+// With the registration cache, a memh is the Memh inside its cache region.
+struct CachedRegion {
+    ucs_rcache_region_t super;
+    Memh memh;
+};
+
+ucs_status_t cached_mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p) {
+    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    ucs_rcache_region_t *region;
+    const ucs_status_t s =
+        ucs_rcache_get(md->rcache, address, length, PROT_READ | PROT_WRITE, &flags, &region);
+    if (s != UCS_OK) return s;
+    *memh_p = &ucs_derived_of(region, CachedRegion)->memh;
+    return UCS_OK;
+}
+
+ucs_status_t cached_mem_dereg(uct_md_h tl_md, const uct_md_mem_dereg_params_t *params) {
+    UCT_MD_MEM_DEREG_CHECK_PARAMS(params, 0);
+    uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    auto *region = ucs_container_of(static_cast<Memh *>(params->memh), CachedRegion, memh);
+    ucs_rcache_region_put(md->rcache, &region->super);
+    return UCS_OK;
+}
+
+ucs_status_t rcache_reg_cb(void *context, ucs_rcache_t *, void *arg, ucs_rcache_region_t *rregion,
+                           uint16_t rcache_flags) {
+    auto *md = static_cast<uct_portals_md_t *>(context);
+    auto *region = ucs_derived_of(rregion, CachedRegion);
+    const unsigned flags = *static_cast<unsigned *>(arg);
+    const bool quiet =
+        (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) || uct_md_reg_log_lvl(flags) != UCS_LOG_LEVEL_ERROR;
+    return expose(md, reinterpret_cast<void *>(rregion->super.start),
+                  rregion->super.end - rregion->super.start, quiet, &region->memh);
+}
+
+void rcache_dereg_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion) {
+    unexpose(&ucs_derived_of(rregion, CachedRegion)->memh);
+}
+
+void rcache_dump_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion, char *buf, size_t max) {
+    const Memh &h = ucs_derived_of(rregion, CachedRegion)->memh;
+    snprintf(buf, max, "key %" PRIu64 " base 0x%" PRIx64, h.key, h.base);
+}
+
+const ucs_rcache_ops_t rcache_ops = {
+    .mem_reg = rcache_reg_cb,
+    .mem_dereg = rcache_dereg_cb,
+    .dump_region = rcache_dump_cb,
+};
 
 ucs_status_t mkey_pack(uct_md_h tl_md, uct_mem_h memh, const uct_md_mkey_pack_params_t *, void *rkey_buffer) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
@@ -72,6 +142,7 @@ ucs_status_t mkey_pack(uct_md_h tl_md, uct_mem_h memh, const uct_md_mkey_pack_pa
 
 void md_close(uct_md_h tl_md) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
+    if (md->rcache) ucs_rcache_destroy(md->rcache);
     PtlPTFree(md->ni, md->rma_pt);
     PtlNIFini(md->ni);
     PtlFini();
@@ -112,6 +183,38 @@ uct_md_ops_t md_ops = {
     .detect_memory_type = detect_memory_type,
 };
 
+uct_md_ops_t cached_md_ops = [] {
+    uct_md_ops_t ops = md_ops;
+    ops.mem_reg = cached_mem_reg;
+    ops.mem_dereg = cached_mem_dereg;
+    return ops;
+}();
+
+// The registration cache (UCX_PORTALS_RCACHE); "try" falls back to uncached registrations.
+ucs_status_t open_rcache(uct_portals_md_t *md, const uct_portals_md_config_t *config) {
+    if (config->rcache_enable == UCS_NO) return UCS_OK;
+    ucs_rcache_params_t params;
+    uct_md_set_rcache_params(&params, &config->rcache);
+    params.region_struct_size = sizeof(CachedRegion);
+    params.max_alignment = ucs_get_page_size();
+    params.ucm_events = UCM_EVENT_VM_UNMAPPED;
+    params.context = md;
+    params.ops = &rcache_ops;
+    const ucs_status_t s = ucs_rcache_create(&params, "portals", ucs_stats_get_root(), &md->rcache);
+    if (s != UCS_OK) {
+        md->rcache = nullptr;
+        if (config->rcache_enable == UCS_YES) {
+            ucs_error("portals: creating the registration cache failed: %s", ucs_status_string(s));
+            return s;
+        }
+        ucs_debug("portals: no registration cache: %s", ucs_status_string(s));
+        return UCS_OK;
+    }
+    md->super.ops = &cached_md_ops;
+    md->reg_cost = ucs_linear_func_make(uct_md_rcache_overhead(&config->rcache), 0);
+    return UCS_OK;
+}
+
 }  // namespace
 
 ucs_status_t uct_portals::status_of(int rc) {
@@ -134,7 +237,7 @@ extern "C" ucs_status_t uct_portals_query_md_resources(uct_component_t *componen
     return uct_md_query_single_md_resource(component, resources_p, num_resources_p);
 }
 
-extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, const uct_md_config_t *,
+extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, const uct_md_config_t *tl_config,
                                             uct_md_h *md_p) {
     int rc = PtlInit();
     if (rc != PTL_OK) {
@@ -149,6 +252,7 @@ extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, con
     md->super.ops = &md_ops;
     md->super.component = &uct_portals_component;
     md->next_key = 1;
+    md->reg_cost = ucs_linear_func_make(200e-9, 0);  // one ME append; no pinning
     rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, nullptr,
                    &md->ni);
     if (rc == PTL_OK) {
@@ -160,6 +264,11 @@ extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, con
         ucs_free(md);
         PtlFini();
         return status_of(rc);
+    }
+    const ucs_status_t s = open_rcache(md, ucs_derived_of(tl_config, uct_portals_md_config_t));
+    if (s != UCS_OK) {
+        md_close(&md->super);
+        return s;
     }
     *md_p = &md->super;
     return UCS_OK;

@@ -24,6 +24,8 @@ typedef struct uct_portals_rkey {
 
 typedef struct uct_portals_md_config {
     uct_md_config_t super;
+    int rcache_enable;             /* UCX_PORTALS_RCACHE: yes/no/try */
+    uct_md_rcache_config_t rcache; /* UCX_PORTALS_RCACHE_* */
 } uct_portals_md_config_t;
 
 typedef struct uct_portals_md {
@@ -31,6 +33,8 @@ typedef struct uct_portals_md {
     ptl_handle_ni_t ni;
     ptl_pt_index_t rma_pt; /* registrations are MEs on this portal */
     uint64_t next_key;
+    ucs_rcache_t *rcache; /* NULL: every deregistration unlinks its ME at once */
+    ucs_linear_func_t reg_cost;
 } uct_portals_md_t;
 
 typedef struct uct_portals_iface_config {
