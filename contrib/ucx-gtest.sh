@@ -62,11 +62,13 @@ run() {
 #   test_tag_mp_xrq   multi-packet XRQ tag offload, an mlx5 RC feature (RC_TM_MP_* config)
 #   test_uct_perf, test_uct_loopback  UCX's performance envelope: on this 2-vCPU machine it checks no
 #                     threshold ("performance not checked") and takes minutes; bench/
-#                     measures portals against UCX's transports instead
-#   test_ucp_tag_xfer, _tag_nbx, _tag_limits, _tag_mem_type, test_ucp_fence*: not yet
-#                     run to the end against portals (next step of issue 3)
+#                     measures portals against UCX's transports instead (the same holds
+#                     for test_ucp_perf and test_ucp_tag_perf, not selected)
+# Not selected because every test skips itself here: test_ucp_sockaddr* (needs a connection
+# manager; portals is a transport), test_ucp_peer_failure*, test_ucp_wireup_errh_peer,
+# test_ucp_wireup_keepalive (peer-failure handling: issue 4).
 ci_filter='portals/*-portals/test_ucp*:portals/test_tag_mp_xrq.*:portals/test_uct_perf.*:portals/test_uct_loopback.*'
-ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*'
+ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*:portals/test_ucp_tag_xfer*:portals/test_ucp_tag_nbx*:portals/test_ucp_tag_limits*:portals/test_ucp_tag_mem_type*:portals/test_ucp_fence*:portals/test_ucp_mmap.*:portals/test_ucp_wakeup*:portals/test_ucp_stream*:portals/test_ucp_ep.*:portals/test_ucp_wireup_1sided.*:portals/test_ucp_wireup_2sided.*:portals/test_ucp_wireup_amo.*:portals/test_ucp_wireup_asymmetric.*:portals/test_ucp_proto.*:portals/test_ucp_loopback.*:portals/test_ucp_worker_address_query.*:portals/test_ucp_address_v2.*'
 
 case "${1:-}" in
   build) build ;;
