@@ -42,7 +42,7 @@ ucs_status_t md_query(uct_md_h tl_md, uct_md_attr_t *attr) {
 
 // Exposes [address, address + length) as an ME whose match bits are a fresh key.
 ucs_status_t expose(uct_portals_md_t *md, void *address, size_t length, bool quiet, Memh *h) {
-    h->key = md->next_key++;
+    h->key = __atomic_fetch_add(&md->next_key, 1, __ATOMIC_RELAXED);  // threads register at once
     h->base = reinterpret_cast<uintptr_t>(address);
     const ptl_me_t me = make_me(
         address, length,
@@ -118,7 +118,10 @@ ucs_status_t rcache_reg_cb(void *context, ucs_rcache_t *, void *arg, ucs_rcache_
 }
 
 void rcache_dereg_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion) {
-    unexpose(&ucs_derived_of(rregion, CachedRegion)->memh);
+    const Memh &h = ucs_derived_of(rregion, CachedRegion)->memh;
+    const ucs_status_t s = unexpose(&h);
+    if (s != UCS_OK)
+        ucs_warn("portals: releasing registration key %" PRIu64 " failed: %s", h.key, ucs_status_string(s));
 }
 
 void rcache_dump_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion, char *buf, size_t max) {
