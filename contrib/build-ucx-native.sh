@@ -49,5 +49,9 @@ make -j"$(nproc)" > make.log 2>&1 || { tail -40 make.log; exit 1; }
 make install > install.log 2>&1 || { tail -40 install.log; exit 1; }
 [ -f "$prefix/lib/ucx/libuct_portals.so" ] ||
   { echo "build-ucx-native: the component did not land in $prefix/lib/ucx" >&2; exit 1; }
+# The point of it all: that UCX finds the component by itself.
+devices=$(env -u LD_PRELOAD -u UCX_TLS "$prefix/bin/ucx_info" -d)
+grep -q 'Transport: portals' <<< "$devices" ||
+  { echo "build-ucx-native: $prefix/bin/ucx_info -d does not list portals" >&2; exit 1; }
 echo "build-ucx-native: UCX with portals in its module list is in $prefix"
 echo "  $prefix/bin/ucx_info -d | grep -A4 'Transport: portals'"

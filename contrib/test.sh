@@ -1,6 +1,7 @@
 #!/bin/sh
 # Everything a newcomer or CI needs: install dependencies, build, run `make check` and UCX's
-# own gtest suite against the component (contrib/ucx-gtest.sh), then the project's suite
+# own gtest suite against the component (contrib/ucx-gtest.sh), a UCX that loads the
+# component natively (contrib/build-ucx-native.sh), then the project's suite
 # again under AddressSanitizer + UndefinedBehaviorSanitizer and the threaded tests under
 # ThreadSanitizer (separate build trees in _build-*).
 set -e
@@ -10,5 +11,8 @@ cd "$(dirname "$0")/.."
 make -C _build -j"$(nproc)" check
 # UCX's own gtest suite against the component (built once into ~/.cache/portals-ucx).
 ./contrib/ucx-gtest.sh ci
+# UCX built with portals in its module list loads the component without LD_PRELOAD (UCX
+# cached in ~/.cache/portals-ucx/ucx-native; the script checks ucx_info lists portals).
+./contrib/build-ucx-native.sh
 make -C _build check-sanitizers
 echo "all tests passed"
