@@ -37,7 +37,6 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     for (Op &op : f->ops) {
         if (op.ep != ep) continue;
         op.ep = nullptr;
-        op.orphaned = true;
         if (uct_completion_t *comp = std::exchange(op.comp, nullptr))
             uct_invoke_completion(comp, UCS_ERR_CANCELED);
     }

@@ -362,7 +362,9 @@ void Iface::complete_flushes(Ep *ep) {
 }
 
 void Iface::complete_op(Op *op, ucs_status_t status) {
-    if (status == UCS_OK && !op->orphaned) {
+    // Results of an op whose ep was destroyed are unwanted: its completion was reported
+    // (cancelled) then.
+    if (status == UCS_OK && op->ep) {
         switch (op->type) {
             case OpType::GetBcopy: op->unpack_cb(op->unpack_arg, op->bounce, op->length); break;
             case OpType::AtomicFetch: std::memcpy(op->result, &op->fetched, op->result_size); break;

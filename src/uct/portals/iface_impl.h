@@ -75,7 +75,7 @@ enum class OpType : uint8_t { Put, Get, GetBcopy, AtomicPost, AtomicFetch, Send,
 // One operation in flight; its address is the user_ptr of the engine operation.
 struct Op {
     OpType type{};
-    Ep *ep = nullptr;
+    Ep *ep = nullptr;  // nullptr once the ep is destroyed (or for a receiver's fetch)
     uct_completion_t *comp = nullptr;
     uint64_t seq = 0;  // order of issue on the ep (flush)
     // get_bcopy
@@ -92,7 +92,6 @@ struct Op {
     // rendezvous: the ME exposing the data
     ptl_handle_me_t src_me = PTL_INVALID_HANDLE;
     bool cancelled = false;  // rendezvous cancelled while its GET was on its way
-    bool orphaned = false;   // its ep was destroyed: completed (cancelled) already, results unwanted
     // get_bcopy lands here first
     char *bounce = nullptr;
     // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data

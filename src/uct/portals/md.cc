@@ -41,7 +41,7 @@ ucs_status_t md_query(uct_md_h tl_md, uct_md_attr_t *attr) {
 }
 
 // Exposes [address, address + length) as an ME whose match bits are a fresh key.
-ucs_status_t expose(uct_portals_md_t *md, void *address, size_t length, bool quiet, Memh *h) {
+ucs_status_t expose(uct_portals_md_t *md, void *address, size_t length, ucs_log_level_t fail_lvl, Memh *h) {
     h->key = __atomic_fetch_add(&md->next_key, 1, __ATOMIC_RELAXED);  // threads register at once
     h->base = reinterpret_cast<uintptr_t>(address);
     const ptl_me_t me = make_me(
@@ -49,8 +49,7 @@ ucs_status_t expose(uct_portals_md_t *md, void *address, size_t length, bool qui
         PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_SUCCESS_DISABLE, h->key, 0);
     const int rc = PtlMEAppend(md->ni, md->rma_pt, &me, PTL_PRIORITY_LIST, h, &h->me);
     if (rc != PTL_OK) {
-        ucs_log(quiet ? UCS_LOG_LEVEL_DEBUG : UCS_LOG_LEVEL_ERROR,
-                "portals: registering %p length %zu failed: %d", address, length, rc);
+        ucs_log(fail_lvl, "portals: registering %p length %zu failed: %d", address, length, rc);
         return status_of(rc);
     }
     return UCS_OK;
@@ -65,7 +64,7 @@ ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flag
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
     if (!h) return UCS_ERR_NO_MEMORY;
-    const ucs_status_t s = expose(md, address, length, uct_md_reg_log_lvl(flags) != UCS_LOG_LEVEL_ERROR, h);
+    const ucs_status_t s = expose(md, address, length, uct_md_reg_log_lvl(flags), h);
     if (s != UCS_OK) {
         std::free(h);
         return s;
@@ -111,10 +110,10 @@ ucs_status_t rcache_reg_cb(void *context, ucs_rcache_t *, void *arg, ucs_rcache_
     auto *md = static_cast<uct_portals_md_t *>(context);
     auto *region = ucs_derived_of(rregion, CachedRegion);
     const unsigned flags = *static_cast<unsigned *>(arg);
-    const bool quiet =
-        (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) || uct_md_reg_log_lvl(flags) != UCS_LOG_LEVEL_ERROR;
+    const ucs_log_level_t fail_lvl =
+        (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) ? UCS_LOG_LEVEL_DEBUG : uct_md_reg_log_lvl(flags);
     return expose(md, reinterpret_cast<void *>(rregion->super.start),
-                  rregion->super.end - rregion->super.start, quiet, &region->memh);
+                  rregion->super.end - rregion->super.start, fail_lvl, &region->memh);
 }
 
 void rcache_dereg_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion) {
