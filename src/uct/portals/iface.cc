@@ -288,9 +288,10 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     uint64_t v;
     while (read(f->event_fd, &v, sizeof v) == ssize_t(sizeof v)) {
     }
-    f->drain_eq();
-    // Undelivered messages (even one still being fetched) or completions to report: the
-    // caller must progress first.
+    // Arming reports, it does not progress: events still in the EQ (PtlXEQArm answers
+    // PTL_IN_USE), undelivered messages (even one still being fetched), completions or
+    // pending requests that can run all mean the caller must progress first. Draining the
+    // EQ here once completed a request inside the arm, and its waiter slept on.
     if (!f->rx_fifo.empty() || !f->cancelled.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
         return UCS_ERR_BUSY;
     const int rc = PtlXEQArm(f->eq, f->event_fd);
