@@ -1,14 +1,17 @@
 #!/bin/sh
-# Runs the multi-process suite under ptlrun with 2 and 4 ranks; each run has a time bound.
+# Runs the multi-process suite under ptlrun with 2 and 4 ranks, over the shared-memory wire
+# and again over the tcp wire (PTL_WIRE=tcp: same host, real sockets); each run has a time bound.
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 b=${abs_top_builddir:-$top}
 ptlrun="$b/ptlrun"
 mp="$b/test/mp_tests"
 [ -x "$mp" ] || mp="$b/test/.libs/mp_tests"
-for n in 2 4; do
-  echo "== ptlrun -n $n mp_tests"
-  "$ptlrun" -n $n --timeout 120 "$mp" --gtest_filter=-Job.EarlyExit* --gtest_brief=1
-  echo "== ptlrun -n $n mp_tests (early exit)"
-  "$ptlrun" -n $n --timeout 60 "$mp" --gtest_filter=Job.EarlyExit* --gtest_brief=1
+for wire in shm tcp; do
+  for n in 2 4; do
+    echo "== PTL_WIRE=$wire ptlrun -n $n mp_tests"
+    PTL_WIRE=$wire "$ptlrun" -n $n --timeout 120 "$mp" --gtest_filter=-Job.EarlyExit* --gtest_brief=1
+    echo "== PTL_WIRE=$wire ptlrun -n $n mp_tests (early exit)"
+    PTL_WIRE=$wire "$ptlrun" -n $n --timeout 60 "$mp" --gtest_filter=Job.EarlyExit* --gtest_brief=1
+  done
 done

@@ -34,6 +34,16 @@ Config Config::from_env() {
     c.notify_drops = env_bool("PTL_NOTIFY_DROPS", false);
     c.liveness_ms = env_long("PTL_LIVENESS_MS", c.liveness_ms);
     if (const char *i = std::getenv("PTL_IFACE")) c.iface = i;
+    if (const char *w = std::getenv("PTL_WIRE"); w && *w) {
+        c.wire_name = w;
+        c.wire = c.wire_name == "auto"  ? WireChoice::Auto
+                 : c.wire_name == "shm" ? WireChoice::Shm
+                 : c.wire_name == "tcp" ? WireChoice::Tcp
+                                        : WireChoice::Invalid;
+    }
+    c.tcp_port_base = uint32_t(env_long("PTL_TCP_PORT_BASE", c.tcp_port_base));
+    c.tcp_timeout_ms = env_long("PTL_TCP_TIMEOUT_MS", c.tcp_timeout_ms);
+    if (c.tcp_timeout_ms < 1000) c.tcp_timeout_ms = 1000;
     return c;
 }
 

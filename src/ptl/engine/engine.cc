@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 
 #include "../runtime/identity.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/shm/shm_wire.h"
+#include "../wire/tcp/tcp_wire.h"
 #include "progress_thread.h"
 #include "small_vec.h"
 
@@ -26,7 +28,9 @@ uint64_t now_ns() {
 }
 
 void futex_wait(std::atomic<uint32_t> *w, uint32_t v, long timeout_us) {
-    struct timespec ts{timeout_us / 1000000, (timeout_us % 1000000) * 1000};
+    struct timespec ts {
+        timeout_us / 1000000, (timeout_us % 1000000) * 1000
+    };
     syscall(SYS_futex, w, FUTEX_WAIT_PRIVATE, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
 }
 
@@ -34,7 +38,14 @@ void futex_wake_all(std::atomic<uint32_t> *w) {
     syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
-inline void cpu_relax() { __builtin_ia32_pause(); }
+inline void cpu_relax() {
+    __builtin_ia32_pause();
+}
+
+// NI creation is where configuration meets the system; say why it failed, once, on stderr.
+void report(const std::string &what) {
+    std::fprintf(stderr, "portals: %s\n", what.c_str());
+}
 
 ptl_ni_limits_t default_limits(const Config &cfg) {
     ptl_ni_limits_t l{};
@@ -134,12 +145,23 @@ void Engine::notify_waiters() {
 // Physical NI and wires
 
 int Engine::open_physical(ptl_pid_t pid) {
+    if (cfg_.wire == WireChoice::Invalid) {
+        report("PTL_WIRE=" + cfg_.wire_name + " is not one of auto, shm, tcp");
+        return PTL_ARG_INVALID;
+    }
     std::string err;
     const uint32_t nid = identity::select_nid(cfg_.iface, &iface_name_, &err);
-    if (!nid) return PTL_ARG_INVALID;
+    if (!nid) {
+        report("PTL_IFACE: " + err);
+        return PTL_ARG_INVALID;
+    }
     int fd = -1;
     const int64_t got = identity::acquire_pid(nid, pid, &fd, &err);
-    if (got < 0) return err == "in use" ? PTL_PID_IN_USE : PTL_NO_SPACE;
+    if (got < 0) {
+        if (err == "in use") return PTL_PID_IN_USE;  // an answer the caller handles, not a fault
+        report("no pid: " + err);
+        return PTL_NO_SPACE;
+    }
     self_ = {nid, uint32_t(got)};
     uid_ = getuid();
     shm::ShmConfig sc;
@@ -147,11 +169,32 @@ int Engine::open_physical(ptl_pid_t pid) {
     sc.cell_size = cfg_.shm_cell_size;
     shm_ = shm::ShmWire::create(self_, sc, &err);
     if (!shm_) {
+        report("shared-memory wire: " + err);
         identity::release_pid(nid, uint32_t(got), fd);
         return PTL_NO_SPACE;
     }
+    if (cfg_.wire != WireChoice::Shm) {
+        tcp::TcpConfig tc;
+        tc.port_base = cfg_.tcp_port_base;
+        tc.timeout_ms = cfg_.tcp_timeout_ms;
+        tcp_ = tcp::TcpWire::create(
+            self_, tc, [this] { shm_->wake(); }, &err);
+        if (!tcp_) {
+            // Without it this process still reaches its own host; only an explicit request
+            // for tcp makes that fatal.
+            report("tcp wire: " + err +
+                   (cfg_.wire == WireChoice::Tcp ? "" : "; other hosts are unreachable"));
+            if (cfg_.wire == WireChoice::Tcp) {
+                shm_.reset();
+                identity::release_pid(nid, uint32_t(got), fd);
+                return PTL_NO_SPACE;
+            }
+        }
+    }
     pid_lock_fd_ = fd;
-    loop_ = std::make_unique<LoopbackWire>(self_, [this] { if (shm_) shm_->wake(); });
+    loop_ = std::make_unique<LoopbackWire>(self_, [this] {
+        if (shm_) shm_->wake();
+    });
     phys_open_ = true;
     if (cfg_.progress_thread) progress_thread_ = std::make_unique<ProgressThread>(*this, cfg_.progress_cpu);
     return PTL_OK;
@@ -162,6 +205,7 @@ void Engine::close_physical() {
     Lock lk(mu_);
     if (!phys_open_) return;
     loop_.reset();
+    tcp_.reset();  // its watcher wakes through shm_
     shm_.reset();
     identity::release_pid(self_.nid, self_.pid, pid_lock_fd_);
     pid_lock_fd_ = -1;
@@ -170,8 +214,15 @@ void Engine::close_physical() {
 
 Wire *Engine::wire_for(PeerId p) {
     if (p == self_) return loop_.get();
-    if (p.nid == self_.nid) return shm_.get();
-    return nullptr;  // other hosts: the tcp wire (issue 4)
+    if (p.nid == self_.nid && cfg_.wire != WireChoice::Tcp) return shm_.get();
+    return tcp_.get();
+}
+
+void Engine::sleep_for_traffic(long timeout_us) {
+    if (tcp_)
+        shm_->wait_for_traffic(timeout_us, [this] { tcp_->arm_wakeup(); });
+    else
+        shm_->wait_for_traffic(timeout_us);
 }
 
 bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n) {
@@ -211,15 +262,13 @@ Md *Engine::md_of(ptl_handle_md_t h) const {
 // ---------------------------------------------------------------------------------------
 // Network interfaces (§3.6)
 
-int Engine::ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid,
-                    const ptl_ni_limits_t *desired, ptl_ni_limits_t *actual,
-                    ptl_handle_ni_t *out) {
+int Engine::ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid, const ptl_ni_limits_t *desired,
+                    ptl_ni_limits_t *actual, ptl_handle_ni_t *out) {
     if (!out) return PTL_ARG_INVALID;
     if (iface != PTL_IFACE_DEFAULT && iface != 0) return PTL_ARG_INVALID;
     const unsigned m = options & (PTL_NI_MATCHING | PTL_NI_NO_MATCHING);
     const unsigned a = options & (PTL_NI_LOGICAL | PTL_NI_PHYSICAL);
-    if ((m != PTL_NI_MATCHING && m != PTL_NI_NO_MATCHING) ||
-        (a != PTL_NI_LOGICAL && a != PTL_NI_PHYSICAL) ||
+    if ((m != PTL_NI_MATCHING && m != PTL_NI_NO_MATCHING) || (a != PTL_NI_LOGICAL && a != PTL_NI_PHYSICAL) ||
         (options & ~unsigned(PTL_NI_MATCHING | PTL_NI_NO_MATCHING | PTL_NI_LOGICAL | PTL_NI_PHYSICAL)))
         return PTL_ARG_INVALID;
     if (pid != PTL_PID_ANY && pid >= PTL_PID_MAX) return PTL_ARG_INVALID;
@@ -275,11 +324,19 @@ int Engine::ni_handle(ptl_handle_any_t h, ptl_handle_ni_t *out) {
     Ni *n = nullptr;
     switch (p.type) {
         case ObjType::Ni: n = ni_of(h); break;
-        case ObjType::Eq: if (Eq *e = eq_of(h)) n = e->ni; break;
-        case ObjType::Ct: if (Ct *c = ct_of(h)) n = c->ni; break;
-        case ObjType::Md: if (Md *m = md_of(h)) n = m->ni; break;
-        case ObjType::Le: case ObjType::Me:
-            if (Ni *x = ni_for_object(h)) if (x->entry(h, p.type == ObjType::Me)) n = x;
+        case ObjType::Eq:
+            if (Eq *e = eq_of(h)) n = e->ni;
+            break;
+        case ObjType::Ct:
+            if (Ct *c = ct_of(h)) n = c->ni;
+            break;
+        case ObjType::Md:
+            if (Md *m = md_of(h)) n = m->ni;
+            break;
+        case ObjType::Le:
+        case ObjType::Me:
+            if (Ni *x = ni_for_object(h))
+                if (x->entry(h, p.type == ObjType::Me)) n = x;
             break;
         default: break;
     }
@@ -589,8 +646,8 @@ int Engine::ct_get(ptl_handle_ct_t h, ptl_ct_event_t *ev) {
     return PTL_OK;
 }
 
-int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned size,
-                    ptl_time_t timeout, ptl_ct_event_t *ev, unsigned *which) {
+int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned size, ptl_time_t timeout,
+                    ptl_ct_event_t *ev, unsigned *which) {
     Lock lk(mu_);
     if (!hs || !tests || size == 0 || !ev) return PTL_ARG_INVALID;
     SmallVec<Ct *, 4> cts(size);
@@ -697,7 +754,8 @@ int Engine::app_progress() {
     const uint64_t t = now_ns();
     const uint64_t gap = t - last_poll_ns_.exchange(t, std::memory_order_relaxed);
     const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
-    app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8, std::memory_order_relaxed);
+    app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8,
+                           std::memory_order_relaxed);
     Lock lk(mu_);
     return progress_locked();
 }
@@ -722,6 +780,11 @@ int Engine::progress_locked() {
     const MessageHandler h = [this](const InMessage &m) { handle_message(m); };
     work += loop_->progress(h);
     work += shm_->progress(h);
+    if (tcp_) {
+        work += tcp_->progress(h);
+        if (const uint64_t bad = tcp_->take_malformed())
+            for (uint64_t i = 0; i < bad; ++i) count_malformed();
+    }
     if (!in_triggers_) run_triggers();
     const uint64_t t = now_ns();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
@@ -749,7 +812,8 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
             // A caller about to sleep hands progress back at once.
             last_poll_ns_.store(going_to_sleep ? 0 : now_ns(), std::memory_order_relaxed);
             if (!going_to_sleep) app_poll_gap_ns_.store(0, std::memory_order_relaxed);  // it spun
-            if (active_pollers_.fetch_sub(1) == 1 && going_to_sleep && progress_thread_) progress_thread_->poke();
+            if (active_pollers_.fetch_sub(1) == 1 && going_to_sleep && progress_thread_)
+                progress_thread_->poke();
         }
     };
     for (;;) {
@@ -787,7 +851,7 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
         if (cfg_.progress_thread) {
             futex_wait(&event_seq_, seq, us);
         } else {
-            shm_->wait_for_traffic(std::min(us, 1000L));
+            sleep_for_traffic(std::min(us, 1000L));
         }
         lk.lock();
     }

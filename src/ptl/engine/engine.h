@@ -26,6 +26,9 @@ namespace ptl {
 namespace shm {
 class ShmWire;
 }
+namespace tcp {
+class TcpWire;
+}
 class LoopbackWire;
 
 class Engine {
@@ -120,6 +123,8 @@ private:
     int progress_locked();
     void handle_message(const InMessage &m);
     Wire *wire_for(PeerId p);
+    // Sleeps until a wire has traffic, wake-up or timeout (progress thread, manual waits).
+    void sleep_for_traffic(long timeout_us);
     bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n);
 
     // events and counting
@@ -180,6 +185,7 @@ private:
     int pid_lock_fd_ = -1;
     std::string iface_name_;
     std::unique_ptr<shm::ShmWire> shm_;
+    std::unique_ptr<tcp::TcpWire> tcp_;  // null with PTL_WIRE=shm
     std::unique_ptr<LoopbackWire> loop_;
     Ni *nis_[4] = {};
     uint32_t ni_gen_ = 0;

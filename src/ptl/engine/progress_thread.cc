@@ -45,7 +45,7 @@ void place(int cpu, int caller_cpu) {
     hwloc_topology_destroy(topo);
 }
 
-constexpr long kParkNs = 5000000;          // 5 ms
+constexpr long kParkNs = 5000000;           // 5 ms
 constexpr uint64_t kBusyPollGapNs = 20000;  // 20 us
 
 }  // namespace
@@ -85,7 +85,8 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         {
             std::lock_guard<std::mutex> g(engine_.mu_);
             work = engine_.progress_locked();
-            backlog = (engine_.shm_ && engine_.shm_->has_backlog()) || (engine_.loop_ && engine_.loop_->pending());
+            backlog =
+                (engine_.shm_ && engine_.shm_->has_backlog()) || (engine_.loop_ && engine_.loop_->pending());
         }
         if (work || backlog) {
             idle = 0;
@@ -97,7 +98,9 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             // small machine every wake-up steals its CPU) and look again later, so progress
             // resumes soon after it stops polling without sleeping.
             const uint32_t v = park_word_.load(std::memory_order_acquire);
-            struct timespec ts{0, kParkNs};
+            struct timespec ts {
+                0, kParkNs
+            };
             syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
             idle = 0;
             continue;
@@ -108,7 +111,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         }
         idle = 0;
         const long liveness_us = engine_.config().liveness_ms * 1000;
-        if (engine_.shm_) engine_.shm_->wait_for_traffic(liveness_us);
+        engine_.sleep_for_traffic(liveness_us);
     }
 }
 

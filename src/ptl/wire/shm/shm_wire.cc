@@ -196,9 +196,10 @@ bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const str
     return cma(to, local, nl, remote, nr, true);
 }
 
-void ShmWire::wait_for_traffic(long timeout_us) {
+void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm_others) {
     RingControl *c = rx_.control();
     const uint32_t v = c->doorbell.load(std::memory_order_acquire);
+    if (arm_others) arm_others();
     c->sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (rx_.empty_for_consumer()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -15,7 +16,7 @@
 namespace ptl::shm {
 
 struct ShmConfig {
-    uint32_t ncells = 4096;   // PTL_SHM_CELLS (power of two)
+    uint32_t ncells = 4096;    // PTL_SHM_CELLS (power of two)
     uint32_t cell_size = 256;  // PTL_SHM_CELL_SIZE (bytes)
 };
 
@@ -35,8 +36,9 @@ public:
                     int nr) override;
     bool peer_dead(PeerId) override;
 
-    // Sleeps until a message arrives, wake() is called, or `timeout_us` passes.
-    void wait_for_traffic(long timeout_us);
+    // Sleeps until a message arrives, wake() is called, or `timeout_us` passes. `arm_others`
+    // runs once the sleep is committed, so a wake() it causes is never missed.
+    void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {});
     void wake();
     bool has_backlog() const { return backlog_peers_ > 0; }
 
@@ -54,8 +56,7 @@ private:
     ShmWire() = default;
     Peer *peer(PeerId id);
     bool flush_backlog(Peer &p);
-    bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr,
-             bool write);
+    bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write);
 
     PeerId self_;
     std::string name_;

@@ -1,0 +1,442 @@
+#include "tcp_wire.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+namespace ptl::tcp {
+
+namespace {
+
+constexpr int kMaxIov = 64;
+constexpr uint64_t kIdlePollNs = 20000;   // with no connections, look for new ones this often
+constexpr size_t kReadBudget = 1u << 20;  // per connection per progress call
+
+uint64_t now_ns() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+// Latency first (no Nagle); a silent peer (host gone, cable pulled) is noticed within about
+// timeout_ms through keepalive probes and the limit on unacknowledged data.
+void tune(int fd, long timeout_ms) {
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    const int secs = int(std::max(3L, timeout_ms / 1000));
+    const int idle = std::max(1, secs / 2), intvl = std::max(1, secs / 6), cnt = 3;
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+    const unsigned ut = unsigned(std::max(1000L, timeout_ms));
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
+}
+
+sockaddr_in address_of(PeerId p, uint32_t port_base) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(p.nid);
+    a.sin_port = htons(uint16_t(port_base + p.pid));
+    return a;
+}
+
+bool port_ok(uint32_t port_base, uint32_t pid) {
+    return port_base + pid <= 65535 && port_base > 0;
+}
+
+}  // namespace
+
+std::unique_ptr<TcpWire> TcpWire::create(PeerId self, const TcpConfig &cfg, std::function<void()> wake,
+                                         std::string *err) {
+    std::unique_ptr<TcpWire> w(new TcpWire(self, cfg));
+    w->wake_ = std::move(wake);
+    w->epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    w->watch_epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    w->stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->epfd_ < 0 || w->watch_epfd_ < 0 || w->stop_fd_ < 0) {
+        *err = std::string("epoll/eventfd: ") + std::strerror(errno);
+        return nullptr;
+    }
+    if (!w->listen_on(err)) return nullptr;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = w->epfd_;
+    epoll_ctl(w->watch_epfd_, EPOLL_CTL_ADD, w->epfd_, &ev);
+    ev.data.fd = w->stop_fd_;
+    epoll_ctl(w->watch_epfd_, EPOLL_CTL_ADD, w->stop_fd_, &ev);
+    w->watcher_ = std::thread([raw = w.get()] { raw->watch(); });
+    return w;
+}
+
+TcpWire::~TcpWire() {
+    if (watcher_.joinable()) {
+        stop_.store(true);
+        armed_.store(1);
+        syscall(SYS_futex, &armed_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t n = write(stop_fd_, &one, sizeof one);
+        watcher_.join();
+    }
+    // Queued bytes are given one last non-blocking chance: a process that sends and then
+    // finalizes (a reply, an ack) expects them to leave.
+    for (auto &[fd, c] : conns_) {
+        if (c->outgoing && !c->connecting) flush(*c);
+        close(fd);
+    }
+    if (listen_fd_ >= 0) close(listen_fd_);
+    for (int fd : {epfd_, watch_epfd_, stop_fd_})
+        if (fd >= 0) close(fd);
+}
+
+bool TcpWire::listen_on(std::string *err) {
+    if (!port_ok(cfg_.port_base, self_.pid)) {
+        *err = "PTL_TCP_PORT_BASE " + std::to_string(cfg_.port_base) + " + pid " + std::to_string(self_.pid) +
+               " is not a port";
+        return false;
+    }
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) {
+        *err = std::string("socket: ") + std::strerror(errno);
+        return false;
+    }
+    const int one = 1;
+    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const sockaddr_in a = address_of(self_, cfg_.port_base);
+    if (bind(listen_fd_, reinterpret_cast<const sockaddr *>(&a), sizeof a) != 0 ||
+        listen(listen_fd_, 512) != 0) {
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+        *err = std::string("cannot listen on ") + ip + ":" + std::to_string(ntohs(a.sin_port)) + ": " +
+               std::strerror(errno) + " (the port is PTL_TCP_PORT_BASE + pid)";
+        return false;
+    }
+    port_ = ntohs(a.sin_port);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = uint32_t(listen_fd_);  // serial 0
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+    return true;
+}
+
+TcpWire::Conn *TcpWire::connect_to(PeerId to) {
+    if (!port_ok(cfg_.port_base, to.pid)) return nullptr;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return nullptr;
+    tune(fd, cfg_.timeout_ms);
+    const sockaddr_in a = address_of(to, cfg_.port_base);
+    const int r = connect(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a);
+    if (r != 0 && errno != EINPROGRESS) {
+        close(fd);
+        dead_.insert(to);  // refused: nobody listens there
+        return nullptr;
+    }
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->outgoing = true;
+    c->connecting = true;
+    c->peer = to;
+    c->started_ns = now_ns();
+    const Hello h{kHelloMagic, kVersion, 0, self_.nid, self_.pid};
+    c->queue.emplace_back(reinterpret_cast<const char *>(&h), reinterpret_cast<const char *>(&h) + sizeof h);
+    c->want_out = true;
+    if (!watch_fd(*c, EPOLLOUT | EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD)) {
+        close(fd);
+        return nullptr;
+    }
+    ++connecting_;
+    Conn *raw = c.get();
+    conns_.emplace(fd, std::move(c));
+    out_.emplace(to, raw);
+    return raw;
+}
+
+bool TcpWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                   int payload_count) {
+    if (header_len == 0 || header_len > kMaxHeader || dead_.count(to)) return false;
+    auto it = out_.find(to);
+    Conn *c = it != out_.end() ? it->second : connect_to(to);
+    if (!c) return false;
+    FrameHead fh{uint16_t(header_len), 0, 0, 0};
+    for (int i = 0; i < payload_count; ++i) fh.payload_len += payload[i].iov_len;
+    if (fh.payload_len > cfg_.max_message) return false;
+
+    const int n = payload_count + 2;
+    iovec local[16];
+    std::vector<iovec> heap;
+    iovec *iov = local;
+    if (n > 16) {
+        heap.resize(size_t(n));
+        iov = heap.data();
+    }
+    iov[0] = {&fh, sizeof fh};
+    iov[1] = {const_cast<void *>(header), header_len};
+    std::copy_n(payload, payload_count, iov + 2);
+    size_t sent = 0;
+    if (!c->connecting && c->queue.empty() && n <= IOV_MAX) {
+        // The common case: straight from the caller's memory into the socket, no copy.
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = size_t(n);
+        const ssize_t w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            close_conn(*c, true);
+            return false;
+        }
+        sent = w > 0 ? size_t(w) : 0;
+        if (sent == sizeof fh + header_len + fh.payload_len) return true;
+    }
+    // The rest waits in order behind what is already queued; the caller may reuse its buffer.
+    queue_copy(*c, iov, n, sent);
+    if (!c->connecting) set_want_out(*c, true);
+    return true;
+}
+
+void TcpWire::queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip) {
+    size_t total = 0;
+    for (int i = 0; i < n; ++i) total += iov[i].iov_len;
+    std::vector<char> chunk(total - skip);
+    char *d = chunk.data();
+    for (int i = 0; i < n; ++i) {
+        size_t len = iov[i].iov_len;
+        const char *s = static_cast<const char *>(iov[i].iov_base);
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        s += skip;
+        len -= skip;
+        skip = 0;
+        std::memcpy(d, s, len);
+        d += len;
+    }
+    c.queue.push_back(std::move(chunk));
+}
+
+void TcpWire::set_want_out(Conn &c, bool on) {
+    if (c.want_out == on) return;
+    c.want_out = on;
+    watch_fd(c, EPOLLIN | EPOLLRDHUP | (on ? uint32_t(EPOLLOUT) : 0u), EPOLL_CTL_MOD);
+}
+
+bool TcpWire::watch_fd(Conn &c, uint32_t events, int op) {
+    if (op == EPOLL_CTL_ADD) {
+        c.serial = next_serial_++;
+        if (next_serial_ == 0) next_serial_ = 1;  // 0 is the listening socket
+    }
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = uint64_t(c.serial) << 32 | uint32_t(c.fd);
+    return epoll_ctl(epfd_, op, c.fd, &ev) == 0;
+}
+
+bool TcpWire::flush(Conn &c) {
+    while (!c.queue.empty()) {
+        struct iovec iov[kMaxIov];
+        int n = 0;
+        size_t off = c.front_off;
+        for (auto it = c.queue.begin(); it != c.queue.end() && n < kMaxIov; ++it, off = 0)
+            iov[n++] = {it->data() + off, it->size() - off};
+        msghdr mh{};
+        mh.msg_iov = iov;
+        mh.msg_iovlen = size_t(n);
+        ssize_t w = sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+            return false;
+        }
+        while (w > 0) {
+            const size_t left = c.queue.front().size() - c.front_off;
+            if (size_t(w) < left) {
+                c.front_off += size_t(w);
+                break;
+            }
+            w -= ssize_t(left);
+            c.queue.pop_front();
+            c.front_off = 0;
+        }
+    }
+    set_want_out(c, false);
+    return true;
+}
+
+void TcpWire::close_conn(Conn &c, bool peer_gone) {
+    const int fd = c.fd;
+    const PeerId peer = c.peer;
+    const bool known = c.outgoing || (c.reader && c.reader->has_hello());
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
+    close(fd);
+    if (c.outgoing) {
+        if (c.connecting) --connecting_;
+        auto it = out_.find(peer);
+        if (it != out_.end() && it->second == &c) out_.erase(it);
+    }
+    if (peer_gone && known) {
+        dead_.insert(peer);
+        // The peer will not read what we still had queued for it either.
+        auto it = out_.find(peer);
+        if (it != out_.end() && it->second != &c) close_conn(*it->second, false);
+    }
+    conns_.erase(fd);
+}
+
+void TcpWire::accept_all() {
+    for (;;) {
+        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            return;  // EAGAIN, or out of descriptors: the connection waits in the backlog
+        }
+        tune(fd, cfg_.timeout_ms);
+        auto c = std::make_unique<Conn>();
+        c->fd = fd;
+        c->reader = std::make_unique<FrameReader>(cfg_.max_message);
+        if (!watch_fd(*c, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD)) {
+            close(fd);
+            continue;
+        }
+        conns_.emplace(fd, std::move(c));
+    }
+}
+
+void TcpWire::on_out_event(Conn &c, uint32_t events) {
+    if (c.connecting) {
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+            close_conn(c, true);
+            return;
+        }
+        c.connecting = false;
+        --connecting_;
+    }
+    // The peer never writes on our connection: readable means it closed or reset.
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+        close_conn(c, true);
+        return;
+    }
+    if ((events & EPOLLOUT) && !flush(c)) close_conn(c, true);
+}
+
+int TcpWire::on_in_event(Conn &c, const MessageHandler &handler) {
+    int work = 0;
+    size_t budget = kReadBudget;
+    FrameReader &rd = *c.reader;
+    const auto deliver = [&](const void *h, size_t hl, const void *p, size_t pl) {
+        // The Hello may have arrived in the same read as these frames.
+        InMessage m{{rd.peer_nid(), rd.peer_pid()}, h, hl, p, pl};
+        handler(m);
+        ++work;
+    };
+    for (;;) {
+        size_t room;
+        char *p = rd.space(&room);
+        const ssize_t r = read(c.fd, p, room);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return work;
+            close_conn(c, true);
+            return work;
+        }
+        if (r == 0) {
+            if (rd.mid_frame()) ++malformed_;  // a truncated frame
+            close_conn(c, true);
+            return work;
+        }
+        const bool had_hello = rd.has_hello();
+        if (!rd.commit(size_t(r), deliver)) {
+            ++malformed_;
+            close_conn(c, false);
+            return work;
+        }
+        if (!had_hello && rd.has_hello()) {
+            c.peer = {rd.peer_nid(), rd.peer_pid()};
+            dead_.erase(c.peer);  // a new incarnation of a (nid, pid) we saw die
+        }
+        if (size_t(r) < room || (budget -= std::min(budget, size_t(r))) == 0) return work;
+    }
+}
+
+void TcpWire::check_connect_timeouts() {
+    const uint64_t limit = uint64_t(cfg_.timeout_ms) * 1000000ull, now = now_ns();
+    std::vector<Conn *> late;
+    for (auto &[fd, c] : conns_)
+        if (c->connecting && now > c->started_ns + limit) late.push_back(c.get());
+    for (Conn *c : late) close_conn(*c, true);
+}
+
+int TcpWire::progress(const MessageHandler &handler) {
+    const uint64_t now = now_ns();
+    if (conns_.empty()) {
+        if (now - last_idle_poll_ns_ < kIdlePollNs) return 0;
+        last_idle_poll_ns_ = now;
+    }
+    epoll_event evs[64];
+    const int n = epoll_wait(epfd_, evs, 64, 0);
+    int work = 0;
+    for (int i = 0; i < n; ++i) {
+        const int fd = int(uint32_t(evs[i].data.u64));
+        const uint32_t serial = uint32_t(evs[i].data.u64 >> 32);
+        if (serial == 0) {
+            accept_all();
+            continue;
+        }
+        auto it = conns_.find(fd);
+        if (it == conns_.end() || it->second->serial != serial) continue;  // closed in this batch
+        Conn &c = *it->second;
+        if (c.outgoing)
+            on_out_event(c, evs[i].events);
+        else
+            work += on_in_event(c, handler);
+    }
+    if (connecting_) check_connect_timeouts();
+    return work;
+}
+
+bool TcpWire::peer_dead(PeerId p) {
+    return dead_.count(p) != 0;
+}
+
+uint64_t TcpWire::take_malformed() {
+    return std::exchange(malformed_, 0);
+}
+
+void TcpWire::arm_wakeup() {
+    if (armed_.exchange(1, std::memory_order_acq_rel) == 0)
+        syscall(SYS_futex, &armed_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
+
+void TcpWire::watch() {
+    pthread_setname_np(pthread_self(), "ptl-tcp-watch");
+    while (!stop_.load(std::memory_order_acquire)) {
+        if (armed_.load(std::memory_order_acquire) == 0) {
+            syscall(SYS_futex, &armed_, FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
+            continue;
+        }
+        epoll_event ev;
+        const int n = epoll_wait(watch_epfd_, &ev, 1, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (stop_.load(std::memory_order_acquire)) break;
+        armed_.store(0, std::memory_order_release);
+        wake_();
+    }
+}
+
+}  // namespace ptl::tcp

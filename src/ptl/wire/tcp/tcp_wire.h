@@ -1,0 +1,100 @@
+// The tcp wire: processes on other hosts (or any peer with PTL_WIRE=tcp). Every process
+// listens on its nid at port PTL_TCP_PORT_BASE + pid, so a peer's address follows from its
+// (nid, pid) alone. Connections are opened lazily by the first send and carry one direction
+// each (ours to send, the peer's to receive), which keeps per-peer order without any
+// connection-race resolution. One epoll set serves all sockets; a watcher thread turns
+// socket readiness into a wake-up only while the progress thread sleeps.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "../wire.h"
+#include "tcp_frame.h"
+
+namespace ptl::tcp {
+
+struct TcpConfig {
+    uint32_t port_base = 17000;                // PTL_TCP_PORT_BASE: listen port = base + pid
+    long timeout_ms = 10000;                   // PTL_TCP_TIMEOUT_MS: connect, unacked data, keepalive
+    uint64_t max_message = uint64_t(1) << 40;  // largest frame accepted from a peer
+};
+
+class TcpWire final : public Wire {
+public:
+    // `wake` is called (from the watcher thread) when a socket becomes ready while armed.
+    static std::unique_ptr<TcpWire> create(PeerId self, const TcpConfig &cfg, std::function<void()> wake,
+                                           std::string *err);
+    ~TcpWire() override;
+
+    bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+              int payload_count) override;
+    size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
+    int progress(const MessageHandler &handler) override;
+    bool peer_dead(PeerId) override;
+
+    // The next readiness of any socket calls `wake` once. Call after deciding to sleep.
+    void arm_wakeup();
+    // Frames dropped as malformed since the last call (a bad stream also loses its connection).
+    uint64_t take_malformed();
+    uint16_t port() const { return port_; }
+
+private:
+    struct Conn {
+        int fd = -1;
+        uint32_t serial = 0;  // tells a reused fd number from the closed connection it had
+        bool outgoing = false;
+        bool connecting = false;
+        PeerId peer{};  // outgoing: the target; incoming: known after the Hello
+        uint64_t started_ns = 0;
+        // outgoing: bytes not yet taken by the socket, in order
+        std::deque<std::vector<char>> queue;
+        size_t front_off = 0;
+        bool want_out = false;
+        // incoming
+        std::unique_ptr<FrameReader> reader;
+    };
+
+    TcpWire(PeerId self, const TcpConfig &cfg) : self_(self), cfg_(cfg) {}
+    bool listen_on(std::string *err);
+    Conn *connect_to(PeerId to);
+    void accept_all();
+    void on_out_event(Conn &c, uint32_t events);
+    int on_in_event(Conn &c, const MessageHandler &handler);
+    bool flush(Conn &c);
+    void queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip);
+    void set_want_out(Conn &c, bool on);
+    bool watch_fd(Conn &c, uint32_t events, int op);
+    void close_conn(Conn &c, bool peer_gone);
+    void check_connect_timeouts();
+    void watch();
+
+    PeerId self_;
+    TcpConfig cfg_;
+    uint16_t port_ = 0;
+    int listen_fd_ = -1;
+    int epfd_ = -1;
+    std::unordered_map<int, std::unique_ptr<Conn>> conns_;  // by fd
+    std::unordered_map<PeerId, Conn *, PeerIdHash> out_;
+    std::unordered_set<PeerId, PeerIdHash> dead_;
+    int connecting_ = 0;
+    uint32_t next_serial_ = 1;
+    uint64_t malformed_ = 0;
+    uint64_t last_idle_poll_ns_ = 0;
+
+    std::function<void()> wake_;
+    int watch_epfd_ = -1;
+    int stop_fd_ = -1;
+    std::atomic<uint32_t> armed_{0};
+    std::atomic<bool> stop_{false};
+    std::thread watcher_;
+};
+
+}  // namespace ptl::tcp
