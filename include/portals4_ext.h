@@ -21,6 +21,11 @@ int PtlXProgress(void);
  * while the caller sleeps), PTL_ARG_INVALID for a bad handle or fd. */
 int PtlXEQArm(ptl_handle_eq_t eq, int fd);
 
+/* Whether the physical NI under `ni` has a wire to node `nid`: its own node always; other
+ * nodes when the tcp wire is up (not with PTL_WIRE=shm, or when its port could not be bound).
+ * Returns 1 or 0, or PTL_ARG_INVALID for a bad handle, PTL_NO_INIT. */
+int PtlXNidReachable(ptl_handle_ni_t ni, ptl_nid_t nid);
+
 #ifdef __cplusplus
 }
 #endif

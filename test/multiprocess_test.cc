@@ -67,21 +67,28 @@ protected:
 TEST(PidAllocation, ExplicitPidInUseInAnotherProcess_F04) {
     ASSERT_EQ(PtlInit(), PTL_OK);
     ptl_handle_ni_t ni;
-    uint32_t pid = 0;
+    ptl_process_t id{};
     if (rank() == 0) {
         ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
                             nullptr, &ni),
                   PTL_OK);
-        ptl_process_t id;
         ASSERT_EQ(PtlGetPhysId(ni, &id), PTL_OK);
-        pid = id.phys.pid;
     }
-    std::vector<uint32_t> all(static_cast<size_t>(nranks()));
-    ASSERT_EQ(ptlrt_allgather(&pid, all.data(), sizeof pid), 0);
+    std::vector<ptl_process_t> all(static_cast<size_t>(nranks()));
+    ASSERT_EQ(ptlrt_allgather(&id, all.data(), sizeof id), 0);
     if (rank() == 1) {
-        EXPECT_EQ(
-            PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, all[0], nullptr, nullptr, &ni),
-            PTL_PID_IN_USE);
+        // A pid is unique per node: taken on rank 0's node, free on any other.
+        const int rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, all[0].phys.pid,
+                                 nullptr, nullptr, &ni);
+        if (rc == PTL_OK) {
+            ptl_process_t mine;
+            ASSERT_EQ(PtlGetPhysId(ni, &mine), PTL_OK);
+            EXPECT_NE(mine.phys.nid, all[0].phys.nid)
+                << "pid " << all[0].phys.pid << " given twice on one node";
+            EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+        } else {
+            EXPECT_EQ(rc, PTL_PID_IN_USE);
+        }
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
     if (rank() == 0) {

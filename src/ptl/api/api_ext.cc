@@ -13,3 +13,7 @@ PTL_API int PtlXEQArm(ptl_handle_eq_t eq, int fd) {
     REQUIRE_INIT();
     return engine().eq_arm(eq, fd);
 }
+PTL_API int PtlXNidReachable(ptl_handle_ni_t ni, ptl_nid_t nid) {
+    REQUIRE_INIT();
+    return engine().nid_reachable(ni, nid);
+}

@@ -218,6 +218,12 @@ Wire *Engine::wire_for(PeerId p) {
     return tcp_.get();
 }
 
+int Engine::nid_reachable(ptl_handle_ni_t h, ptl_nid_t nid) {
+    Lock lk(mu_);
+    if (!ni_of(h)) return PTL_ARG_INVALID;
+    return wire_for(PeerId{nid, self_.pid == 0 ? 1u : 0u}) != nullptr;  // any pid but our own
+}
+
 void Engine::sleep_for_traffic(long timeout_us) {
     if (tcp_)
         shm_->wait_for_traffic(timeout_us, [this] { tcp_->arm_wakeup(); });

@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
+#include "../wire/wire.h"
 #include "config.h"
 #include "ni.h"
 #include "protocol.h"
 #include "triggered.h"
-#include "../wire/wire.h"
 
 namespace ptl {
 
@@ -44,16 +44,15 @@ public:
     bool aborted() const { return aborted_.load(std::memory_order_acquire); }
 
     // §3.6 network interfaces
-    int ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid,
-                const ptl_ni_limits_t *desired, ptl_ni_limits_t *actual, ptl_handle_ni_t *out);
+    int ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid, const ptl_ni_limits_t *desired,
+                ptl_ni_limits_t *actual, ptl_handle_ni_t *out);
     int ni_fini(ptl_handle_ni_t);
     int ni_status(ptl_handle_ni_t, ptl_sr_index_t, ptl_sr_value_t *);
     int ni_handle(ptl_handle_any_t, ptl_handle_ni_t *);
     int set_map(ptl_handle_ni_t, ptl_size_t, const ptl_process_t *);
     int get_map(ptl_handle_ni_t, ptl_size_t, ptl_process_t *, ptl_size_t *);
     // §3.7 portal table
-    int pt_alloc(ptl_handle_ni_t, unsigned options, ptl_handle_eq_t, ptl_pt_index_t req,
-                 ptl_pt_index_t *out);
+    int pt_alloc(ptl_handle_ni_t, unsigned options, ptl_handle_eq_t, ptl_pt_index_t req, ptl_pt_index_t *out);
     int pt_free(ptl_handle_ni_t, ptl_pt_index_t);
     int pt_disable(ptl_handle_ni_t, ptl_pt_index_t);
     int pt_enable(ptl_handle_ni_t, ptl_pt_index_t);
@@ -65,8 +64,8 @@ public:
     int md_bind(ptl_handle_ni_t, const ptl_md_t *, ptl_handle_md_t *);
     int md_release(ptl_handle_md_t);
     // §3.11, §3.12 list entries; an LE is passed as an ME with is_me = false
-    int append(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_list_t,
-               void *user_ptr, uint32_t *out);
+    int append(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_list_t, void *user_ptr,
+               uint32_t *out);
     int unlink(uint32_t handle, bool is_me);
     int search(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_search_op_t,
                void *user_ptr);
@@ -74,15 +73,14 @@ public:
     int eq_alloc(ptl_handle_ni_t, ptl_size_t count, ptl_handle_eq_t *);
     int eq_free(ptl_handle_eq_t);
     int eq_get(ptl_handle_eq_t, ptl_event_t *);
-    int eq_poll(const ptl_handle_eq_t *, unsigned size, ptl_time_t timeout, ptl_event_t *,
-                unsigned *which);
+    int eq_poll(const ptl_handle_eq_t *, unsigned size, ptl_time_t timeout, ptl_event_t *, unsigned *which);
     // §3.14 counting events
     int ct_alloc(ptl_handle_ni_t, ptl_handle_ct_t *);
     int ct_free(ptl_handle_ct_t);
     int ct_cancel_triggered(ptl_handle_ct_t);
     int ct_get(ptl_handle_ct_t, ptl_ct_event_t *);
-    int ct_poll(const ptl_handle_ct_t *, const ptl_size_t *tests, unsigned size,
-                ptl_time_t timeout, ptl_ct_event_t *, unsigned *which);
+    int ct_poll(const ptl_handle_ct_t *, const ptl_size_t *tests, unsigned size, ptl_time_t timeout,
+                ptl_ct_event_t *, unsigned *which);
     int ct_set(ptl_handle_ct_t, ptl_ct_event_t);
     int ct_inc(ptl_handle_ct_t, ptl_ct_event_t);
     // §3.15 data movement
@@ -102,6 +100,7 @@ public:
     // makes the next event posted to an empty EQ write to `fd` (an eventfd), once.
     int app_progress();
     int eq_arm(ptl_handle_eq_t, int fd);
+    int nid_reachable(ptl_handle_ni_t, ptl_nid_t);
 
     const Config &config() const { return cfg_; }
 
@@ -155,9 +154,9 @@ private:
     // target side
     void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
     void count_malformed();
-    void respond(const InMessage &m, const proto::Header &req, uint8_t op,
-                 ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset, ptl_list_t list,
-                 const void *data, size_t data_len, uint8_t extra_flags);
+    void respond(const InMessage &m, const proto::Header &req, uint8_t op, ptl_ni_fail_t fail,
+                 ptl_size_t mlength, ptl_size_t offset, ptl_list_t list, const void *data, size_t data_len,
+                 uint8_t extra_flags);
     void entry_event(Pt &pt, const Entry &e, ptl_event_kind_t type);
     void consume_header(Ni *ni, Pt &pt, UnexpectedHeader *u);
     void maybe_auto_free(Ni *ni, Entry *e);

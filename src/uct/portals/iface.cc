@@ -255,13 +255,12 @@ extern "C" ucs_status_t uct_portals_iface_get_address(uct_iface_h tl_iface, uct_
     return UCS_OK;
 }
 
-// The engine's wires reach processes on this node (shm, loopback); the tcp wire (issue 4)
-// will reach other nids.
+// The engine reaches its own node (shm) and, through the tcp wire, any other nid.
 extern "C" int uct_portals_iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
                                               const uct_iface_addr_t *iface_addr) {
     if (!dev_addr || !iface_addr) return 0;
     const auto *d = reinterpret_cast<const uct_portals_device_addr_t *>(dev_addr);
-    return d->nid == iface_of(tl_iface)->self.phys.nid;
+    return PtlXNidReachable(iface_of(tl_iface)->ni, d->nid) == 1;
 }
 
 extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, uct_completion_t *comp) {

@@ -1,0 +1,65 @@
+#!/bin/sh
+# Multi-host tests: the ranks of one job on different "hosts", network namespaces joined by a
+# bridge (contrib/netns-hosts.sh), so traffic between hosts takes the tcp wire over real
+# veth links while ranks sharing a host use shared memory. Needs root and `ip netns`; exits
+# 77 (skipped) with a message where they are missing.
+#   1. the multi-process suite, 4 ranks on 2 hosts (shm and tcp in one job) and on 4 hosts
+#   2. a peer killed with a large put, get and rendezvous in flight, survivor on another host
+#   3. ucx_perftest over UCX_TLS=portals between two hosts (UCT active messages, UCP tags)
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+b=${abs_top_builddir:-$top}
+if [ -z "${NETNS_HOSTS:-}" ]; then
+  exec "$top/contrib/netns-hosts.sh" "${PTL_TEST_HOSTS:-4}" "$0" "$@"
+fi
+set -- $NETNS_HOSTS
+[ $# -ge 4 ] || { echo "run_multihost: needs 4 hosts, got $#" >&2; exit 1; }
+two="$1 $2"
+rank_on_host="$top/contrib/netns-exec-rank.sh"
+ptlrun="$b/ptlrun"
+mp="$b/test/mp_tests"
+
+echo "== 4 ranks on 2 hosts: mp_tests"
+NETNS_HOSTS=$two "$ptlrun" -n 4 --timeout 120 "$rank_on_host" "$mp" --gtest_filter=-Job.EarlyExit* --gtest_brief=1
+NETNS_HOSTS=$two "$ptlrun" -n 4 --timeout 60 "$rank_on_host" "$mp" --gtest_filter=Job.EarlyExit* --gtest_brief=1
+echo "== 4 ranks on 4 hosts: mp_tests"
+"$ptlrun" -n 4 --timeout 120 "$rank_on_host" "$mp" --gtest_filter=-Job.EarlyExit* --gtest_brief=1
+"$ptlrun" -n 4 --timeout 60 "$rank_on_host" "$mp" --gtest_filter=Job.EarlyExit* --gtest_brief=1
+
+echo "== peer killed on another host"
+NETNS_HOSTS=$two PTL_TEST_WIRES=auto PTL_TEST_LAUNCH="$rank_on_host" "$top/test/run_peer_failure.sh"
+
+if [ -f "$b/env.sh" ] && command -v ucx_perftest >/dev/null 2>&1; then
+  . "$b/env.sh"
+  export UCX_TLS=portals
+  server_host=$1 client_host=$2
+  server_addr=$(echo "$NETNS_ADDRS" | cut -d' ' -f1)
+  perf_pair() {
+    log=$(mktemp)
+    ip netns exec "$server_host" timeout 120 ucx_perftest -p 13337 "$@" >"$log" 2>&1 &
+    server=$!
+    tries=0
+    # The server listens once it has set up; retry the connection instead of sleeping.
+    until ip netns exec "$client_host" timeout 120 ucx_perftest "$server_addr" -p 13337 "$@" >"$log.c" 2>&1; do
+      tries=$((tries + 1))
+      if [ $tries -ge 50 ] || ! kill -0 $server 2>/dev/null; then
+        cat "$log" "$log.c" >&2
+        kill $server 2>/dev/null || true
+        echo "run_multihost: ucx_perftest $* failed" >&2
+        return 1
+      fi
+      sleep 0.1
+    done
+    wait $server
+    grep Final "$log.c"
+    rm -f "$log" "$log.c"
+  }
+  echo "== ucx_perftest between hosts, UCX_TLS=portals"
+  perf_pair -t am_lat -x portals -d eth0 -n 20000
+  perf_pair -t put_bw -x portals -d eth0 -D zcopy -s 65536 -n 2000
+  perf_pair -t tag_lat -n 20000
+  perf_pair -t tag_bw -s 1048576 -n 500
+else
+  echo "== ucx_perftest between hosts: skipped (the UCT component is not built)"
+fi
+echo "multi-host tests passed"
