@@ -1,6 +1,7 @@
 #!/bin/sh
-# make check under ASan+UBSan, and the unit tests (they include the threaded ones) under TSan,
-# each in its own out-of-tree build directory.
+# make check under ASan+UBSan, and the unit tests (they include the threaded ones) plus the
+# multi-process suite over the tcp wire (progress and watcher threads) under TSan, each in
+# its own out-of-tree build directory.
 set -e
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -19,6 +20,7 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== ASan+UBSan: make check"
 run _build-asan address,undefined make -j"$(nproc)" check
-echo "== TSan: unit tests"
+echo "== TSan: unit tests, mp_tests over tcp"
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-run _build-tsan thread sh -c 'make -j"$(nproc)" test/unit_tests >/dev/null && ./test/unit_tests --gtest_brief=1'
+run _build-tsan thread sh -c 'make -j"$(nproc)" test/unit_tests test/mp_tests ptlrun >/dev/null && ./test/unit_tests --gtest_brief=1 &&
+  PTL_WIRE=tcp ./ptlrun -n 2 --timeout 300 ./test/mp_tests --gtest_filter=-Job.EarlyExit* --gtest_brief=1'

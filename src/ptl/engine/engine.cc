@@ -218,6 +218,11 @@ Wire *Engine::wire_for(PeerId p) {
     return tcp_.get();
 }
 
+void Engine::inject(const InMessage &m) {
+    Lock lk(mu_);
+    if (phys_open_) handle_message(m);
+}
+
 int Engine::nid_reachable(ptl_handle_ni_t h, ptl_nid_t nid) {
     Lock lk(mu_);
     if (!ni_of(h)) return PTL_ARG_INVALID;

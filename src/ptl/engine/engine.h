@@ -106,6 +106,8 @@ public:
 
     // Hooks for the wires and the progress thread.
     void notify_waiters();
+    // A message as if a wire had just received it: the fuzz target's way in (test/fuzz).
+    void inject(const InMessage &m);
 
 private:
     friend class ProgressThread;

@@ -17,6 +17,8 @@ Region Region::iovec(const ptl_iovec_t *iov, uint64_t n) {
 }
 
 void *Region::address_at(uint64_t offset) const {
+    // A peer may name any offset; past the end nothing lands, so the event points at the end.
+    offset = std::min(offset, length);
     if (!iov) return static_cast<char *>(start) + offset;
     for (uint64_t i = 0; i < niov; ++i) {
         if (offset < iov[i].iov_len) return static_cast<char *>(iov[i].iov_base) + offset;
@@ -49,10 +51,14 @@ namespace {
 bool self_vm(void *local, const void *remote, size_t len, bool to_remote) {
     static const pid_t self = getpid();
     while (len) {
-        struct iovec l{local, len};
-        struct iovec r{const_cast<void *>(remote), len};
-        ssize_t n = to_remote ? process_vm_writev(self, &l, 1, &r, 1, 0)
-                              : process_vm_readv(self, &l, 1, &r, 1, 0);
+        struct iovec l {
+            local, len
+        };
+        struct iovec r {
+            const_cast<void *>(remote), len
+        };
+        ssize_t n =
+            to_remote ? process_vm_writev(self, &l, 1, &r, 1, 0) : process_vm_readv(self, &l, 1, &r, 1, 0);
         if (n <= 0) return false;
         local = static_cast<char *>(local) + n;
         remote = static_cast<const char *>(remote) + n;
