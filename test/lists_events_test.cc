@@ -9,6 +9,24 @@ using namespace ptltest;
 
 class Lists : public LoopbackTest {
 protected:
+    // Three acknowledged puts into a flow-controlled PT whose EQ holds two events: two land, the
+    // third disables the PT and is reported in the slot reserved for it (EQ4).
+    void expect_flow_control_at_third_put(ptl_handle_eq_t small, ptl_pt_index_t pt) {
+        char buf[64];
+        append(pt, me_desc(buf, sizeof buf, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
+        for (int i = 0; i < 3; ++i)
+            ASSERT_EQ(PtlPut(md_, 0, 1, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+        int ok = 0, disabled = 0;
+        for (int i = 0; i < 6; ++i) {
+            ptl_event_t ev = next_event(md_eq_);
+            if (ev.type == PTL_EVENT_ACK) (ev.ni_fail_type == PTL_NI_OK ? ok : disabled)++;
+        }
+        EXPECT_EQ(ok, 2);
+        EXPECT_EQ(disabled, 1);
+        EXPECT_EQ(next_event(small).type, PTL_EVENT_PUT);
+        EXPECT_EQ(next_event(small).type, PTL_EVENT_PUT);
+        EXPECT_EQ(next_event(small).type, PTL_EVENT_PT_DISABLED);  // the reserved slot (EQ4)
+    }
     void SetUp() override {
         LoopbackTest::SetUp();
         std::memset(src_, 'a', sizeof src_);
@@ -33,7 +51,8 @@ protected:
 TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
     char a[16] = {}, b[16] = {}, ov[64] = {};
     append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT, 0, ~0ull), PTL_OVERFLOW_LIST, (void *)3);
-    append(pt_, me_desc(a, sizeof a, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x1200, 0x00ff), PTL_PRIORITY_LIST, (void *)1);
+    append(pt_, me_desc(a, sizeof a, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x1200, 0x00ff), PTL_PRIORITY_LIST,
+           (void *)1);
     append(pt_, me_desc(b, sizeof b, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0x5555), PTL_PRIORITY_LIST, (void *)2);
     ASSERT_EQ(put(8, 0x5555, PTL_NO_ACK_REQ, 0, 0xabc), PTL_OK);
     ptl_event_t ev = next_non_link(eq_);
@@ -45,7 +64,7 @@ TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
     EXPECT_EQ(ev.initiator.phys.pid, self_.phys.pid);
     EXPECT_EQ(std::memcmp(b, src_, 8), 0);
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);  // U2 after the comm event
-    ASSERT_EQ(put(8, 0x12ab), PTL_OK);  // matches a[] through its ignore bits
+    ASSERT_EQ(put(8, 0x12ab), PTL_OK);                       // matches a[] through its ignore bits
     ev = next_event(eq_);
     EXPECT_EQ(ev.user_ptr, (void *)1);
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
@@ -58,9 +77,10 @@ TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
 
 TEST_F(Lists, Decision4_PostingOrderAcrossExactAndWildcardEntries) {
     char a[8], b[8], c[8];
-    append(pt_, me_desc(a, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0, ~0ull), PTL_PRIORITY_LIST, (void *)1);  // wildcard
-    append(pt_, me_desc(b, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 7), PTL_PRIORITY_LIST, (void *)2);        // exact
-    append(pt_, me_desc(c, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 7), PTL_PRIORITY_LIST, (void *)3);        // exact
+    append(pt_, me_desc(a, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 0, ~0ull), PTL_PRIORITY_LIST,
+           (void *)1);                                                                             // wildcard
+    append(pt_, me_desc(b, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 7), PTL_PRIORITY_LIST, (void *)2);  // exact
+    append(pt_, me_desc(c, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 7), PTL_PRIORITY_LIST, (void *)3);  // exact
     for (int i = 0; i < 3; ++i) ASSERT_EQ(put(4, 7), PTL_OK);
     void *order[3];
     for (int i = 0; i < 3; ++i) {
@@ -130,7 +150,8 @@ TEST_F(Lists, L4_L5_T8_UseOnceAppendConsumesUnexpectedHeaderAndIsNotLinked) {
     EXPECT_EQ(ev.type, PTL_EVENT_PUT);
     EXPECT_EQ(ev.user_ptr, (void *)9);
     EXPECT_EQ(std::memcmp(ov, src_, 20), 0);  // L9: data already in the overflow buffer
-    ptl_handle_me_t h = append(pt_, me_desc(dst, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 42), PTL_PRIORITY_LIST, (void *)5);
+    ptl_handle_me_t h =
+        append(pt_, me_desc(dst, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, 42), PTL_PRIORITY_LIST, (void *)5);
     ev = next_event(eq_);
     EXPECT_EQ(ev.type, PTL_EVENT_PUT_OVERFLOW);
     EXPECT_EQ(ev.user_ptr, (void *)5);  // the appending entry's user_ptr (L8)
@@ -139,7 +160,7 @@ TEST_F(Lists, L4_L5_T8_UseOnceAppendConsumesUnexpectedHeaderAndIsNotLinked) {
     EXPECT_EQ(ev.rlength, 20u);
     EXPECT_EQ(ev.hdr_data, 77u);
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
-    EXPECT_TRUE(eq_empty(eq_));  // no LINK (I-list 21)
+    EXPECT_TRUE(eq_empty(eq_));             // no LINK (I-list 21)
     EXPECT_EQ(PtlMEUnlink(h), PTL_IN_USE);  // tricky 14: already unlinked, before the next append
     // A second message goes to the overflow buffer again: the use-once ME was never linked.
     ASSERT_EQ(put(4, 42), PTL_OK);
@@ -164,8 +185,8 @@ TEST_F(Lists, L6_L7_T9_PersistentAppendClaimsAllHeadersOldestFirstThenLinks) {
 
 TEST_F(Lists, L12_T13_UnlinkOverflowEntryWithHeadersIsInUse_L11_AutoFreeAfterDrain) {
     char ov[16] = {};
-    ptl_handle_me_t h = append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull), PTL_OVERFLOW_LIST,
-                               (void *)4);
+    ptl_handle_me_t h = append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~0ull),
+                               PTL_OVERFLOW_LIST, (void *)4);
     // min_free is set after creation below; this one has none, so only explicit unlink applies.
     ASSERT_EQ(put(4, 0), PTL_OK);
     next_non_link(eq_);
@@ -257,7 +278,8 @@ TEST_F(Lists, Tricky11_LocalIncUhRlengthAndMinFailure_T10) {
     ASSERT_EQ(put(6, 9), PTL_OK);
     next_non_link(eq_);
     next_event(eq_);
-    ptl_me_t me = me_desc(dst, sizeof dst, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTL_ME_LOCAL_INC_UH_RLENGTH, 9);
+    ptl_me_t me =
+        me_desc(dst, sizeof dst, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTL_ME_LOCAL_INC_UH_RLENGTH, 9);
     me.min_free = 8;  // 16 - 6 = 10 ok, 16 - 12 = 4 < 8: not appended
     append(pt_, me, PTL_PRIORITY_LIST);
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT_OVERFLOW);
@@ -340,19 +362,19 @@ TEST_F(Lists, FC4_FullEventQueueTriggersFlowControl) {
     ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
     ptl_pt_index_t pt;
     ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, small, PTL_PT_ANY, &pt), PTL_OK);
-    char buf[64];
-    append(pt, me_desc(buf, sizeof buf, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(PtlPut(md_, 0, 1, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
-    int ok = 0, disabled = 0;
-    for (int i = 0; i < 6; ++i) {
-        ptl_event_t ev = next_event(md_eq_);
-        if (ev.type == PTL_EVENT_ACK) (ev.ni_fail_type == PTL_NI_OK ? ok : disabled)++;
+    expect_flow_control_at_third_put(small, pt);
+}
+
+TEST_F(Lists, EQ4_ReservedSlotIsReusedWhenAFlowControlledPTIsAllocatedAgain) {
+    ptl_handle_eq_t small;
+    ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
+    ptl_pt_index_t pt;
+    for (int i = 0; i < 20; ++i) {  // the EQ must not grow by a slot per cycle
+        ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, small, PTL_PT_ANY, &pt), PTL_OK);
+        ASSERT_EQ(PtlPTFree(ni_, pt), PTL_OK);
     }
-    EXPECT_EQ(ok, 2);
-    EXPECT_EQ(disabled, 1);
-    EXPECT_EQ(next_event(small).type, PTL_EVENT_PUT);
-    EXPECT_EQ(next_event(small).type, PTL_EVENT_PUT);
-    EXPECT_EQ(next_event(small).type, PTL_EVENT_PT_DISABLED);  // the reserved slot (EQ4)
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, small, PTL_PT_ANY, &pt), PTL_OK);
+    expect_flow_control_at_third_put(small, pt);
 }
 
 TEST_F(Lists, FC10_PTDisableRefusesWithoutEvent) {
@@ -377,8 +399,10 @@ TEST_F(Lists, EV_SuppressionFlags_T16) {
     char buf[8];
     ptl_handle_ct_t ct;
     ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
-    append(pt_, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE |
-                                   PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_CT_BYTES, 0, 0, ct));
+    append(pt_, me_desc(buf, 8,
+                        PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE |
+                            PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_CT_BYTES,
+                        0, 0, ct));
     ptl_handle_ct_t mct;
     ASSERT_EQ(PtlCTAlloc(ni_, &mct), PTL_OK);
     ptl_handle_md_t md = bind(src_, sizeof src_, PTL_MD_EVENT_SUCCESS_DISABLE | PTL_MD_EVENT_CT_SEND, mct);
@@ -396,7 +420,8 @@ TEST_F(Lists, EQ1_OverflowDropsOldestAndReportsDropped) {
     ASSERT_EQ(PtlPTAlloc(ni_, 0, small, PTL_PT_ANY, &pt), PTL_OK);
     char buf[8];
     append(pt, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
-    for (int i = 0; i < 6; ++i) ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
+    for (int i = 0; i < 6; ++i)
+        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
     sync_point();
     ptl_event_t ev;
     EXPECT_EQ(PtlEQGet(small, &ev), PTL_EQ_DROPPED);
@@ -437,7 +462,9 @@ TEST_F(Lists, LIST_TOO_LONG_WhenListLimitReached) {
     ptl_ni_limits_t want = limits_;
     want.max_list_size = 2;
     ptl_handle_ni_t ni;
-    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, &want, nullptr, &ni), PTL_OK);
+    ASSERT_EQ(
+        PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, &want, nullptr, &ni),
+        PTL_OK);
     ptl_pt_index_t pt;
     ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &pt), PTL_OK);
     const ptl_le_t le = le_desc(nullptr, 0, 0);

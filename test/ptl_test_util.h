@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <portals4.h>
 
+#include "ptl_descriptors.h"
+
 #include <vector>
 
 namespace ptltest {
@@ -26,42 +28,6 @@ inline ptl_ct_event_t ct_wait(ptl_handle_ct_t ct, ptl_size_t test, ptl_time_t ti
     const int rc = PtlCTPoll(&ct, &test, 1, timeout, &v, &which);
     EXPECT_EQ(rc, PTL_OK) << "PtlCTPoll for " << test;
     return v;
-}
-
-inline ptl_md_t md_desc(void *start, ptl_size_t len, ptl_handle_eq_t eq = PTL_EQ_NONE,
-                        ptl_handle_ct_t ct = PTL_CT_NONE, unsigned options = 0) {
-    ptl_md_t md{};
-    md.start = start;
-    md.length = len;
-    md.eq_handle = eq;
-    md.ct_handle = ct;
-    md.options = options;
-    return md;
-}
-
-inline ptl_me_t me_desc(void *start, ptl_size_t len, unsigned options, ptl_match_bits_t bits = 0,
-                        ptl_match_bits_t ignore = 0, ptl_handle_ct_t ct = PTL_CT_NONE) {
-    ptl_me_t me{};
-    me.start = start;
-    me.length = len;
-    me.ct_handle = ct;
-    me.uid = PTL_UID_ANY;
-    me.options = options;
-    me.match_id.phys.nid = PTL_NID_ANY;
-    me.match_id.phys.pid = PTL_PID_ANY;
-    me.match_bits = bits;
-    me.ignore_bits = ignore;
-    return me;
-}
-
-inline ptl_le_t le_desc(void *start, ptl_size_t len, unsigned options, ptl_handle_ct_t ct = PTL_CT_NONE) {
-    ptl_le_t le{};
-    le.start = start;
-    le.length = len;
-    le.ct_handle = ct;
-    le.uid = PTL_UID_ANY;
-    le.options = options;
-    return le;
 }
 
 // One process, one matching physical NI, talking to itself through the loopback path.
@@ -87,7 +53,8 @@ protected:
         EXPECT_EQ(PtlPTAlloc(ni_, options, with_eq ? eq_ : PTL_EQ_NONE, PTL_PT_ANY, &pt), PTL_OK);
         return pt;
     }
-    ptl_handle_md_t bind(void *start, ptl_size_t len, unsigned options = 0, ptl_handle_ct_t ct = PTL_CT_NONE) {
+    ptl_handle_md_t bind(void *start, ptl_size_t len, unsigned options = 0,
+                         ptl_handle_ct_t ct = PTL_CT_NONE) {
         ptl_handle_md_t h = PTL_INVALID_HANDLE;
         const ptl_md_t md = md_desc(start, len, md_eq_, ct, options);
         EXPECT_EQ(PtlMDBind(ni_, &md, &h), PTL_OK);

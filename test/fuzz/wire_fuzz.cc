@@ -12,6 +12,7 @@
 
 #include "../../src/ptl/engine/engine.h"
 #include "../../src/ptl/wire/tcp/tcp_frame.h"
+#include "../ptl_descriptors.h"
 
 namespace {
 
@@ -41,16 +42,7 @@ struct Target {
                 ptl_size_t min_free = 0) {
         char *mem = static_cast<char *>(malloc(len ? len : 1));
         buffers.push_back(mem);
-        ptl_me_t me{};
-        me.start = mem;
-        me.length = len;
-        me.ct_handle = PTL_CT_NONE;
-        me.uid = PTL_UID_ANY;
-        me.options = opts;
-        me.match_id.phys.nid = PTL_NID_ANY;
-        me.match_id.phys.pid = PTL_PID_ANY;
-        me.match_bits = bits;
-        me.ignore_bits = ignore;
+        ptl_me_t me = ptltest::me_desc(mem, len, opts, bits, ignore);
         me.min_free = min_free;
         ptl_handle_me_t h;
         if (PtlMEAppend(ni, pt, &me, list, nullptr, &h) == PTL_OK) entries.push_back(h);
@@ -69,13 +61,7 @@ struct Target {
     // unexpected headers, queued events; the buffers are freed, so a late write is caught.
     void settle() {
         for (int i = 0; i < 4; ++i) ptl::engine().progress();
-        ptl_me_t any{};
-        any.ct_handle = PTL_CT_NONE;
-        any.uid = PTL_UID_ANY;
-        any.match_id.phys.nid = PTL_NID_ANY;
-        any.match_id.phys.pid = PTL_PID_ANY;
-        any.ignore_bits = ~uint64_t(0);
-        any.options = PTL_ME_OP_PUT | PTL_ME_OP_GET;
+        const ptl_me_t any = ptltest::me_desc(nullptr, 0, PTL_ME_OP_PUT | PTL_ME_OP_GET, 0, ~uint64_t(0));
         for (ptl_pt_index_t pt = 0; pt < 4; ++pt) {
             PtlMESearch(ni, pt, &any, PTL_SEARCH_DELETE, nullptr);
         }
@@ -91,8 +77,7 @@ struct Target {
                 abort();
         }
         ptl_event_t ev;
-        while (PtlEQGet(eq, &ev) == PTL_OK || PtlEQGet(eq, &ev) == PTL_EQ_DROPPED) {
-        }
+        for (int rc = PTL_OK; rc == PTL_OK || rc == PTL_EQ_DROPPED;) rc = PtlEQGet(eq, &ev);
         for (char *b : buffers) free(b);
         buffers.clear();
     }

@@ -411,7 +411,7 @@ int Engine::pt_alloc(ptl_handle_ni_t h, unsigned options, ptl_handle_eq_t eqh, p
     pt.eq = eq;
     if (eq && (options & PTL_PT_FLOWCTRL)) {
         ++eq->reserved;
-        eq->grow(1);
+        eq->fit_reserved();
     }
     *out = idx;
     return PTL_OK;

@@ -19,16 +19,20 @@ struct Eq {
     uint64_t head = 0;  // next to read
     uint64_t count = 0;
     bool dropped = false;
-    uint32_t reserved = 0;   // slots held back for PT_DISABLED, one per flow-controlled PT
-    uint32_t waiters = 0;    // threads blocked in PtlEQWait/PtlEQPoll on this EQ
-    uint32_t refs = 0;       // blocked callers still inside (PtlEQFree waits for them)
-    int notify_fd = -1;      // one-shot wake-up armed by PtlXEQArm (portals4_ext.h)
+    uint32_t reserved = 0;  // slots held back for PT_DISABLED, one per flow-controlled PT
+    uint32_t waiters = 0;   // threads blocked in PtlEQWait/PtlEQPoll on this EQ
+    uint32_t refs = 0;      // blocked callers still inside (PtlEQFree waits for them)
+    int notify_fd = -1;     // one-shot wake-up armed by PtlXEQArm (portals4_ext.h)
 
-    explicit Eq(uint64_t capacity) : ring(capacity) {}
+    const uint64_t requested;  // the count given to PtlEQAlloc
 
-    // Adds room (a flow-controlled PT reserving its PT_DISABLED slot), keeping the order.
-    void grow(uint64_t extra) {
-        std::vector<ptl_event_t> r(ring.size() + extra);
+    explicit Eq(uint64_t capacity) : ring(capacity), requested(capacity) {}
+
+    // Room for the requested events plus one reserved slot per flow-controlled PT; a PT freed
+    // and allocated again reuses its slot instead of growing the ring each time.
+    void fit_reserved() {
+        if (ring.size() >= requested + reserved) return;
+        std::vector<ptl_event_t> r(requested + reserved);
         for (uint64_t i = 0; i < count; ++i) r[i] = ring[(head + i) % ring.size()];
         ring.swap(r);
         head = 0;
