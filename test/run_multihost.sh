@@ -4,7 +4,8 @@
 # veth links while ranks sharing a host use shared memory. Needs root and `ip netns`; exits
 # 77 (skipped) with a message where they are missing.
 #   1. the multi-process suite, 4 ranks on 2 hosts (shm and tcp in one job) and on 4 hosts
-#   2. a peer killed with a large put, get and rendezvous in flight, survivor on another host
+#   2. a peer killed with a large put, get and rendezvous in flight, survivor on another host;
+#      then a peer whose host goes silent (link cut), noticed within PTL_TCP_TIMEOUT_MS
 #   3. ucx_perftest over UCX_TLS=portals between two hosts (UCT active messages, UCP tags)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +29,11 @@ echo "== 4 ranks on 4 hosts: mp_tests"
 
 echo "== peer killed on another host"
 NETNS_HOSTS=$two PTL_TEST_WIRES=auto PTL_TEST_LAUNCH="$rank_on_host" "$top/test/run_peer_failure.sh"
+# Hosts 3 and 4: the victim's host goes silent (its link cut, then the process killed), so
+# only PTL_TCP_TIMEOUT_MS can tell the survivor; 3 s here, failures due within 8 s.
+echo "== peer host goes silent (link cut)"
+NETNS_HOSTS="$3 $4" PTL_TEST_WIRES=auto PTL_TEST_LAUNCH="$rank_on_host" PTL_TEST_CUT_LINK=1 \
+  PTL_TCP_TIMEOUT_MS=3000 PTL_TEST_FAILURE_BOUND_S=8 "$top/test/run_peer_failure.sh"
 
 if [ -n "${SANITIZE_FLAGS:-}" ]; then
   # A sanitizer-built module cannot be preloaded into the stock ucx_perftest.
