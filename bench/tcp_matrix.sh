@@ -23,41 +23,27 @@ if [ -z "${NETNS_HOSTS:-}" ]; then
   echo "tcp_matrix: not root: the two-host rows are skipped" >&2
 fi
 
-port=13400
-# pair SETTING TL LEVEL ARGS...: one ucx_perftest measurement; prints the client's Final line.
+# pair SETTING TL LEVEL ARGS...: one ucx_perftest measurement (contrib/perftest-pair.sh);
+# prints the client's Final line.
 pair() {
   local setting=$1 tl=$2 level=$3
   shift 3
   local env=(env -u UCX_TLS -u LD_PRELOAD PTL_WIRE=tcp)
   [ "$tl" = portals ] && env+=(LD_PRELOAD="$module")
   [ "$level" = ucp ] && env+=(UCX_TLS="$tl")
-  local srv=() cli=() addr=127.0.0.1 dev=lo
+  local dev=lo
   if [ "$setting" = hosts ]; then
     local h0 h1
     read -r h0 h1 _ <<<"$NETNS_HOSTS"
-    srv=(ip netns exec "$h0") cli=(ip netns exec "$h1") addr=${NETNS_ADDRS%% *} dev=eth0
-    env+=(UCX_NET_DEVICES=eth0)
+    dev=eth0
+    env+=(UCX_NET_DEVICES=eth0 PERFTEST_ADDR="${NETNS_ADDRS%% *}" PERFTEST_SERVER_PREFIX="ip netns exec $h0"
+      PERFTEST_CLIENT_PREFIX="ip netns exec $h1")
   else
     env+=(UCX_NET_DEVICES=lo)
   fi
   local args=("$@")
   [ "$level" = uct ] && args+=(-x "$tl" -d "$dev")
-  port=$((port + 1))
-  local log
-  log=$(mktemp)
-  "${srv[@]}" "${env[@]}" timeout 120 ucx_perftest -p "$port" "${args[@]}" >"$log" 2>&1 &
-  local server=$! tries=0 out=""
-  until out=$("${cli[@]}" "${env[@]}" timeout 120 ucx_perftest "$addr" -p "$port" "${args[@]}" 2>/dev/null); do
-    tries=$((tries + 1))
-    if [ $tries -ge 50 ] || ! kill -0 $server 2>/dev/null; then
-      kill $server 2>/dev/null
-      break
-    fi
-    sleep 0.1
-  done
-  wait $server 2>/dev/null
-  rm -f "$log"
-  echo "$out" | awk '/^Final:/'
+  "${env[@]}" "$top/contrib/perftest-pair.sh" "${args[@]}" 2>/dev/null | awk '/^Final:/'
 }
 
 measure() { # SETTING TL LEVEL METRIC ITERS ARGS...

@@ -43,25 +43,12 @@ elif [ -f "$b/env.sh" ] && command -v ucx_perftest >/dev/null 2>&1; then
   server_addr=${NETNS_ADDRS%% *}
   . "$b/env.sh"
   export UCX_TLS=portals
+  # Server on host 1, client on host 2 (contrib/perftest-pair.sh); prints the result line.
   perf_pair() {
-    log=$(mktemp)
-    ip netns exec "$server_host" timeout 120 ucx_perftest -p 13337 "$@" >"$log" 2>&1 &
-    server=$!
-    tries=0
-    # The server listens once it has set up; retry the connection instead of sleeping.
-    until ip netns exec "$client_host" timeout 120 ucx_perftest "$server_addr" -p 13337 "$@" >"$log.c" 2>&1; do
-      tries=$((tries + 1))
-      if [ $tries -ge 50 ] || ! kill -0 $server 2>/dev/null; then
-        cat "$log" "$log.c" >&2
-        kill $server 2>/dev/null || true
-        echo "run_multihost: ucx_perftest $* failed" >&2
-        return 1
-      fi
-      sleep 0.1
-    done
-    wait $server
-    grep Final "$log.c"
-    rm -f "$log" "$log.c"
+    out=$(PERFTEST_ADDR=$server_addr PERFTEST_SERVER_PREFIX="ip netns exec $server_host" \
+      PERFTEST_CLIENT_PREFIX="ip netns exec $client_host" "$top/contrib/perftest-pair.sh" "$@") ||
+      { echo "run_multihost: ucx_perftest $* failed" >&2; return 1; }
+    echo "$out" | grep Final
   }
   echo "== ucx_perftest between hosts, UCX_TLS=portals"
   perf_pair -t am_lat -x portals -d eth0 -n 20000

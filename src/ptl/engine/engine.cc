@@ -226,7 +226,7 @@ void Engine::inject(const InMessage &m) {
 int Engine::nid_reachable(ptl_handle_ni_t h, ptl_nid_t nid) {
     Lock lk(mu_);
     if (!ni_of(h)) return PTL_ARG_INVALID;
-    return wire_for(PeerId{nid, self_.pid == 0 ? 1u : 0u}) != nullptr;  // any pid but our own
+    return nid == self_.nid || tcp_ != nullptr;  // our node: loopback/shm (or tcp, which then exists)
 }
 
 void Engine::sleep_for_traffic(long timeout_us) {
@@ -793,8 +793,7 @@ int Engine::progress_locked() {
     work += shm_->progress(h);
     if (tcp_) {
         work += tcp_->progress(h);
-        if (const uint64_t bad = tcp_->take_malformed())
-            for (uint64_t i = 0; i < bad; ++i) count_malformed();
+        if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
     }
     if (!in_triggers_) run_triggers();
     const uint64_t t = now_ns();

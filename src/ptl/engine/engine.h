@@ -155,7 +155,7 @@ private:
 
     // target side
     void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
-    void count_malformed();
+    void count_malformed(uint64_t amount = 1);
     void respond(const InMessage &m, const proto::Header &req, uint8_t op, ptl_ni_fail_t fail,
                  ptl_size_t mlength, ptl_size_t offset, ptl_list_t list, const void *data, size_t data_len,
                  uint8_t extra_flags);

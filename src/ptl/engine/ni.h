@@ -10,13 +10,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../wire/wire.h"
 #include "ct.h"
 #include "entry.h"
 #include "eq.h"
 #include "handle.h"
 #include "md.h"
 #include "pt.h"
-#include "../wire/wire.h"
 
 namespace ptl {
 
@@ -72,7 +72,7 @@ public:
     Eq *eq(ptl_handle_eq_t h) const;
     Ct *ct(ptl_handle_ct_t h) const;
 
-    void count(ptl_sr_index_t r) { sr[r].fetch_add(1, std::memory_order_relaxed); }
+    void count(ptl_sr_index_t r, int amount = 1) { sr[r].fetch_add(amount, std::memory_order_relaxed); }
     // The (nid, pid) of a target: through the map on logical NIs (LA2).
     bool resolve(ptl_process_t target, PeerId *out) const;
     // The rank of a physical peer through our map, for events and match_id on logical NIs.

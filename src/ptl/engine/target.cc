@@ -15,8 +15,12 @@ namespace ptl {
 
 namespace {
 
-bool is_request(uint8_t op) { return op >= proto::kPut && op <= proto::kSwap; }
-bool wants_reply(uint8_t op) { return op == proto::kGet || op == proto::kFetchAtomic || op == proto::kSwap; }
+bool is_request(uint8_t op) {
+    return op >= proto::kPut && op <= proto::kSwap;
+}
+bool wants_reply(uint8_t op) {
+    return op == proto::kGet || op == proto::kFetchAtomic || op == proto::kSwap;
+}
 
 ptl_event_kind_t comm_kind(uint8_t op) {
     switch (op) {
@@ -62,10 +66,10 @@ IovList remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
 }  // namespace
 
 // Counted on the first NI: a header that does not parse names no NI reliably.
-void Engine::count_malformed() {
+void Engine::count_malformed(uint64_t amount) {
     for (Ni *n : nis_)
         if (n) {
-            n->count(PTL_SR_MALFORMED_MESSAGES);
+            n->count(PTL_SR_MALFORMED_MESSAGES, int(amount));
             return;
         }
 }
@@ -86,8 +90,9 @@ void Engine::handle_message(const InMessage &m) {
     if (!n) {
         // No such logical NI here: the message is dropped (§4.2.2); tell the initiator so
         // its operation completes.
-        if (is_request(h.op)) respond(m, h, wants_reply(h.op) ? proto::kReply : proto::kAck,
-                                      PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, 0);
+        if (is_request(h.op))
+            respond(m, h, wants_reply(h.op) ? proto::kReply : proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr,
+                    0, 0);
         return;
     }
     switch (h.op) {
@@ -97,9 +102,9 @@ void Engine::handle_message(const InMessage &m) {
     }
 }
 
-void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op,
-                     ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset, ptl_list_t list,
-                     const void *data, size_t data_len, uint8_t extra_flags) {
+void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op, ptl_ni_fail_t fail,
+                     ptl_size_t mlength, ptl_size_t offset, ptl_list_t list, const void *data,
+                     size_t data_len, uint8_t extra_flags) {
     proto::Header r{};
     r.op = op;
     r.ni_index = req.ni_index;
@@ -112,7 +117,9 @@ void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op,
     r.remote_offset = offset;
     r.length = req.length;
     r.op_id = req.op_id;
-    struct iovec iov{const_cast<void *>(data), data_len};
+    struct iovec iov {
+        const_cast<void *>(data), data_len
+    };
     send(m.from, r, &iov, data_len ? 1 : 0);
 }
 
@@ -196,7 +203,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         refuse(PTL_NI_PERM_VIOLATION);
         return;
     }
-    const unsigned need = op == proto::kGet                  ? PTL_ME_OP_GET
+    const unsigned need = op == proto::kGet                           ? PTL_ME_OP_GET
                           : op == proto::kPut || op == proto::kAtomic ? PTL_ME_OP_PUT
                                                                       : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     if ((e->opts() & need) != need) {
@@ -242,8 +249,8 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         e->region.pieces(offset, len, local_iov);
         IovList r = remote_pieces(data, data_len, len);  // pull only mlength bytes
         Wire *w = wire_for(m.from);
-        return len == 0 || (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.data(),
-                                              int(r.size())));
+        return len == 0 ||
+               (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.data(), int(r.size())));
     };
 
     if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {

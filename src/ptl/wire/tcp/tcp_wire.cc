@@ -126,7 +126,6 @@ bool TcpWire::listen_on(std::string *err) {
                std::strerror(errno) + " (the port is PTL_TCP_PORT_BASE + pid)";
         return false;
     }
-    port_ = ntohs(a.sin_port);
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = uint32_t(listen_fd_);  // serial 0
@@ -383,8 +382,8 @@ void TcpWire::check_connect_timeouts() {
 }
 
 int TcpWire::progress(const MessageHandler &handler) {
-    const uint64_t now = now_ns();
     if (conns_.empty()) {
+        const uint64_t now = now_ns();  // only idle polls are rationed
         if (now - last_idle_poll_ns_ < kIdlePollNs) return 0;
         last_idle_poll_ns_ = now;
     }

@@ -44,7 +44,6 @@ public:
     void arm_wakeup();
     // Frames dropped as malformed since the last call (a bad stream also loses its connection).
     uint64_t take_malformed();
-    uint16_t port() const { return port_; }
 
 private:
     struct Conn {
@@ -78,7 +77,6 @@ private:
 
     PeerId self_;
     TcpConfig cfg_;
-    uint16_t port_ = 0;
     int listen_fd_ = -1;
     int epfd_ = -1;
     std::unordered_map<int, std::unique_ptr<Conn>> conns_;  // by fd
