@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <vector>
@@ -63,6 +64,27 @@ protected:
 };
 
 }  // namespace
+
+// Whatever started the job (ptlrun, mpirun over PMIx, Hydra over PMI-1): ranks are 0..size-1,
+// each exactly once, and gathers of every size arrive in rank order, round after round.
+TEST(Runtime, RanksAreDistinctAndGathersArriveInRankOrder) {
+    if (const char *want = std::getenv("PTL_TEST_EXPECT_LAUNCHER")) EXPECT_STREQ(ptlrt_launcher(), want);
+    const int n = nranks();
+    ASSERT_GE(n, 2) << "run under a launcher with at least 2 ranks";
+    for (size_t len : {size_t(0), size_t(1), size_t(7), size_t(PTLRT_MAX_GATHER)}) {
+        std::vector<unsigned char> mine(len), all(len * size_t(n));
+        for (size_t i = 0; i < len; ++i) mine[i] = static_cast<unsigned char>(rank() * 31 + int(i));
+        ASSERT_EQ(ptlrt_allgather(mine.data(), all.data(), len), 0) << len << " bytes";
+        for (int r = 0; r < n; ++r)
+            for (size_t i = 0; i < len; ++i)
+                ASSERT_EQ(all[size_t(r) * len + i], static_cast<unsigned char>(r * 31 + int(i)))
+                    << "rank " << r << " byte " << i << " of " << len;
+    }
+    char too_big[PTLRT_MAX_GATHER + 1] = {};
+    std::vector<char> out(sizeof too_big * size_t(n));
+    EXPECT_EQ(ptlrt_allgather(too_big, out.data(), sizeof too_big), -1);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+}
 
 TEST(PidAllocation, ExplicitPidInUseInAnotherProcess_F04) {
     ASSERT_EQ(PtlInit(), PTL_OK);
@@ -290,7 +312,8 @@ TEST_F(Job, EarlyExitPeersGetFailureEventsNotHangs) {
     if (rank() == last) {
         ASSERT_EQ(ptlrt_barrier(), 0);
         std::fflush(stdout);
-        _exit(0);  // gone without PtlFini, like a crash
+        ptlrt_fini();  // leaves the launcher properly, so mpirun does not end the job for us
+        _exit(0);      // but gone without PtlFini, like a crash
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
     usleep(200000);  // nothing depends on it: a message to a dead rank fails either way
@@ -319,6 +342,7 @@ TEST_F(Job, EarlyExitPeersGetFailureEventsNotHangs) {
     EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
     PtlFini();
     std::fflush(stdout);
+    ptlrt_fini();
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // the barrier in TearDown would wait for the dead rank
 }
 

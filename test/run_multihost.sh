@@ -7,6 +7,9 @@
 #   2. a peer killed with a large put, get and rendezvous in flight, survivor on another host;
 #      then a peer whose host goes silent (link cut), noticed within PTL_TCP_TIMEOUT_MS
 #   3. ucx_perftest over UCX_TLS=portals between two hosts (UCT active messages, UCP tags)
+#   4. launchers across hosts: Open MPI's mpirun (PMIx) and Hydra (PMI-1) start ranks on two
+#      hosts through contrib/netns-rsh.sh; the multi-process suite, and an MPI job (pml ucx
+#      over UCX_TLS=portals) with ranks on both hosts
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 b=${abs_top_builddir:-$top}
@@ -57,5 +60,38 @@ elif [ -f "$b/env.sh" ] && command -v ucx_perftest >/dev/null 2>&1; then
   perf_pair -t tag_bw -s 1048576 -n 500
 else
   echo "== ucx_perftest between hosts: skipped (the UCT component is not built)"
+fi
+# Launchers run on host 1 and start their daemons on hosts 1 and 2 through netns-rsh.sh, as
+# they would through ssh; ranks alternate between the hosts.
+rsh="$top/contrib/netns-rsh.sh"
+. "$top/test/launcher_env.sh"
+if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
+  hostfile=$(mktemp)
+  trap 'rm -f "$hostfile"' EXIT
+  printf '%s slots=2\n%s slots=2\n' "$1" "$2" > "$hostfile"
+  ompi="timeout 120 $OMPI_MPIRUN --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
+  echo "== mpirun across 2 hosts: mp_tests (PMIx)"
+  "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmix $ompi -x PTL_TEST_EXPECT_LAUNCHER $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
+  "$rsh" "$1" "$ompi $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
+  if [ -n "$MPI_PROGRAMS" ]; then
+    echo "== mpirun across 2 hosts: MPI job over UCX_TLS=portals"
+    out=$( (. "$b/env.sh"; export UCX_TLS=portals,self; "$rsh" "$1" "$ompi $OMPI_UCX_FLAGS $MPI_PROGRAMS/p2p_ring" </dev/null) )
+    echo "$out"
+    for h in "$1" "$2"; do
+      [ "$(echo "$out" | grep -c " on $h: ok")" = 2 ] || { echo "run_multihost: expected 2 ranks ok on $h" >&2; exit 1; }
+    done
+  else
+    echo "== MPI job across hosts: skipped ($MPI_SKIP_REASON)"
+  fi
+else
+  echo "== mpirun across hosts: skipped (Open MPI not installed)"
+fi
+if command -v "$HYDRA_MPIEXEC" >/dev/null 2>&1; then
+  echo "== mpiexec.hydra across 2 hosts: mp_tests (PMI-1)"
+  hydra="timeout 120 $HYDRA_MPIEXEC -launcher rsh -launcher-exec $rsh -iface eth0 -hosts $1,$2 -n 4"
+  "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmi1 $hydra $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
+  "$rsh" "$1" "$hydra $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
+else
+  echo "== mpiexec.hydra across hosts: skipped (MPICH not installed)"
 fi
 echo "multi-host tests passed"

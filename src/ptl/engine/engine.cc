@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "../runtime/identity.h"
+#include "../util/clock.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/shm/shm_wire.h"
 #include "../wire/tcp/tcp_wire.h"
@@ -20,12 +21,6 @@
 namespace ptl {
 
 namespace {
-
-uint64_t now_ns() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 void futex_wait(std::atomic<uint32_t> *w, uint32_t v, long timeout_us) {
     struct timespec ts {
@@ -762,7 +757,7 @@ int Engine::app_progress() {
     // The progress thread stays out of the way only of an application that polls
     // continuously; one that calls in now and then (a server checking its socket every
     // millisecond) must not hold up the peers it serves.
-    const uint64_t t = now_ns();
+    const uint64_t t = monotonic_ns();
     const uint64_t gap = t - last_poll_ns_.exchange(t, std::memory_order_relaxed);
     const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
     app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8,
@@ -796,7 +791,7 @@ int Engine::progress_locked() {
         if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
     }
     if (!in_triggers_) run_triggers();
-    const uint64_t t = now_ns();
+    const uint64_t t = monotonic_ns();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
         last_liveness_check_ns_ = t;
         check_dead_peers();
@@ -809,7 +804,7 @@ int Engine::progress_locked() {
 template <typename Ready>
 int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
     const bool forever = timeout_ms == PTL_TIME_FOREVER;
-    const uint64_t start = now_ns();
+    const uint64_t start = monotonic_ns();
     const uint64_t deadline = forever ? UINT64_MAX : start + uint64_t(timeout_ms) * 1000000ull;
     const uint64_t spin_end = start + uint64_t(cfg_.wait_spin_us) * 1000ull;
     bool polling = false;
@@ -820,7 +815,7 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
         if (polling) {
             polling = false;
             // A caller about to sleep hands progress back at once.
-            last_poll_ns_.store(going_to_sleep ? 0 : now_ns(), std::memory_order_relaxed);
+            last_poll_ns_.store(going_to_sleep ? 0 : monotonic_ns(), std::memory_order_relaxed);
             if (!going_to_sleep) app_poll_gap_ns_.store(0, std::memory_order_relaxed);  // it spun
             if (active_pollers_.fetch_sub(1) == 1 && going_to_sleep && progress_thread_)
                 progress_thread_->poke();
@@ -837,7 +832,7 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
             stop_polling();
             return r;
         }
-        const uint64_t t = now_ns();
+        const uint64_t t = monotonic_ns();
         if (t >= deadline) {
             stop_polling();
             return -2;

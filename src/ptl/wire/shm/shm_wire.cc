@@ -17,6 +17,8 @@
 #include <cstring>
 
 #include "../../runtime/identity.h"
+#include "../../util/clock.h"
+#include "../os_process.h"
 
 namespace ptl::shm {
 
@@ -87,7 +89,7 @@ ShmWire::Peer *ShmWire::peer(PeerId id) {
         return nullptr;
     }
     p->os_pid = p->ring.control()->owner_os_pid;
-    if (kill(p->os_pid, 0) != 0 && errno == ESRCH) {  // a segment left by a crashed process
+    if (os_process_gone(p->os_pid)) {  // a segment left by a crashed process
         munmap(p->base, p->len);
         return nullptr;
     }
@@ -175,7 +177,12 @@ bool ShmWire::peer_dead(PeerId id) {
     auto it = peers_.find(id);
     if (it == peers_.end()) return false;
     Peer &p = *it->second;
-    if (!p.dead && kill(p.os_pid, 0) != 0 && errno == ESRCH) p.dead = true;
+    if (p.dead) return true;
+    // Called for every progress round while a peer has a backlog: look at most every 10 ms.
+    const uint64_t now = monotonic_ns();
+    if (now < p.next_liveness_check_ns) return false;
+    p.next_liveness_check_ns = now + 10'000'000;
+    p.dead = os_process_gone(p.os_pid);
     return p.dead;
 }
 

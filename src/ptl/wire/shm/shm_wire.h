@@ -50,6 +50,7 @@ private:
         Ring ring;
         int32_t os_pid = 0;
         bool dead = false;
+        uint64_t next_liveness_check_ns = 0;
         std::deque<std::vector<char>> backlog;  // serialized [u16 header_len][header][payload]
     };
 

@@ -19,6 +19,8 @@
 #include <cstring>
 #include <utility>
 
+#include "../../util/clock.h"
+
 namespace ptl::tcp {
 
 namespace {
@@ -26,12 +28,6 @@ namespace {
 constexpr int kMaxIov = 64;
 constexpr uint64_t kIdlePollNs = 20000;   // with no connections, look for new ones this often
 constexpr size_t kReadBudget = 1u << 20;  // per connection per progress call
-
-uint64_t now_ns() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-}
 
 // Latency first (no Nagle); a silent peer (host gone, cable pulled) is noticed within about
 // timeout_ms through keepalive probes and the limit on unacknowledged data.
@@ -150,7 +146,7 @@ TcpWire::Conn *TcpWire::connect_to(PeerId to) {
     c->outgoing = true;
     c->connecting = true;
     c->peer = to;
-    c->started_ns = now_ns();
+    c->started_ns = monotonic_ns();
     const Hello h{kHelloMagic, kVersion, 0, self_.nid, self_.pid};
     c->queue.emplace_back(reinterpret_cast<const char *>(&h), reinterpret_cast<const char *>(&h) + sizeof h);
     c->want_out = true;
@@ -374,7 +370,7 @@ int TcpWire::on_in_event(Conn &c, const MessageHandler &handler) {
 }
 
 void TcpWire::check_connect_timeouts() {
-    const uint64_t limit = uint64_t(cfg_.timeout_ms) * 1000000ull, now = now_ns();
+    const uint64_t limit = uint64_t(cfg_.timeout_ms) * 1000000ull, now = monotonic_ns();
     std::vector<Conn *> late;
     for (auto &[fd, c] : conns_)
         if (c->connecting && now > c->started_ns + limit) late.push_back(c.get());
@@ -383,7 +379,7 @@ void TcpWire::check_connect_timeouts() {
 
 int TcpWire::progress(const MessageHandler &handler) {
     if (conns_.empty()) {
-        const uint64_t now = now_ns();  // only idle polls are rationed
+        const uint64_t now = monotonic_ns();  // only idle polls are rationed
         if (now - last_idle_poll_ns_ < kIdlePollNs) return 0;
         last_idle_poll_ns_ = now;
     }
