@@ -17,6 +17,7 @@ run() {
   cd "$top"
 }
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export LSAN_OPTIONS=suppressions=$top/contrib/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== ASan+UBSan: make check"
 run _build-asan address,undefined make -j"$(nproc)" check

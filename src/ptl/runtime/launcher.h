@@ -17,7 +17,7 @@ public:
     virtual const char *name() const = 0;
     virtual int rank() const = 0;
     virtual int size() const = 0;
-    // Every rank's `len` bytes into `out`, in rank order. False on timeout or a failed job.
+    // Every rank's `len` (1..PTLRT_MAX_GATHER) bytes into `out`, in rank order. False on timeout or a failed job.
     virtual bool allgather(const void *in, void *out, size_t len) = 0;
     virtual bool barrier() = 0;
 };

@@ -93,11 +93,10 @@ private:
             s += digits[b >> 4];
             s += digits[b & 15];
         }
-        return s.empty() ? "-" : s;  // an empty value would not parse
+        return s;
     }
 
     static bool unhex(const std::string &s, char *out, size_t len) {
-        if (len == 0) return s == "-";
         if (s.size() != 2 * len) return false;
         for (size_t i = 0; i < len; ++i) {
             char byte[3] = {s[2 * i], s[2 * i + 1], 0};

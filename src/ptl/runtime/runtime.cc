@@ -78,6 +78,7 @@ RT_API int ptlrt_barrier(void) {
 
 RT_API int ptlrt_allgather(const void *in, void *out, size_t len) {
     if (len > PTLRT_MAX_GATHER) return -1;
+    if (len == 0) return ptlrt_barrier();  // nothing to move, but still a meeting point
     if (!g_launcher) {
         std::memcpy(out, in, len);
         return 0;
