@@ -26,6 +26,13 @@ int PtlXEQArm(ptl_handle_eq_t eq, int fd);
  * Returns 1 or 0, or PTL_ARG_INVALID for a bad handle, PTL_NO_INIT. */
 int PtlXNidReachable(ptl_handle_ni_t ni, ptl_nid_t nid);
 
+/* Whether messages this NI drops for want of a match (no flow control) are answered with an
+ * ACK or REPLY carrying PTL_NI_DROPPED, as PTL_NOTIFY_DROPS=1 does for every NI. The spec's
+ * default is no answer (digest X3), which leaves such a get, or a put waiting for its ACK,
+ * pending forever at the initiator; the UCT component turns it on for its NI, since UCX
+ * needs every operation to complete. Returns PTL_OK, PTL_ARG_INVALID, PTL_NO_INIT. */
+int PtlXNINotifyDrops(ptl_handle_ni_t ni, int enable);
+
 #ifdef __cplusplus
 }
 #endif

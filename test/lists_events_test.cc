@@ -1,5 +1,7 @@
 // §2.5, §3.11-§3.13 and digest §6-§7: matching, priority/overflow/unexpected lists, search,
 // unlink, truncation, locally managed offsets and full events. Rule IDs in test names.
+#include <portals4_ext.h>
+
 #include <cstring>
 #include <vector>
 
@@ -328,6 +330,27 @@ TEST_F(Lists, X3_T1_NoMatchWithoutFlowControlIsSilentDrop) {
     ptl_sr_value_t drop = 0;
     PtlNIStatus(ni_, PTL_SR_DROP_COUNT, &drop);
     EXPECT_EQ(drop, 1);
+}
+
+// The X3 option per NI (portals4_ext.h), which the UCT component turns on: the same drop
+// answered with PTL_NI_DROPPED, for a put's ACK and a get's REPLY; off again, silent again.
+TEST_F(Lists, X3_NotifyDropsPerNIAnswersWithDropped) {
+    ASSERT_EQ(PtlXNINotifyDrops(ni_, 1), PTL_OK);
+    ASSERT_EQ(put(4, 1, PTL_ACK_REQ), PTL_OK);
+    expect_send();
+    ptl_event_t ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_ACK);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_DROPPED);
+    ASSERT_EQ(PtlGet(md_, 0, 4, self_, pt_, 1, 0, nullptr), PTL_OK);
+    ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_REPLY);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_DROPPED);
+    ASSERT_EQ(PtlXNINotifyDrops(ni_, 0), PTL_OK);
+    ASSERT_EQ(put(4, 1, PTL_ACK_REQ), PTL_OK);
+    expect_send();
+    sync_point();
+    EXPECT_TRUE(eq_empty(md_eq_));
+    EXPECT_EQ(PtlXNINotifyDrops(PTL_INVALID_HANDLE, 1), PTL_ARG_INVALID);
 }
 
 TEST_F(Lists, FC4_FC7_FC11_T2_FlowControlTriggerAndRecovery) {

@@ -17,3 +17,8 @@ PTL_API int PtlXNidReachable(ptl_handle_ni_t ni, ptl_nid_t nid) {
     REQUIRE_INIT();
     return engine().nid_reachable(ni, nid);
 }
+
+PTL_API int PtlXNINotifyDrops(ptl_handle_ni_t ni, int enable) {
+    REQUIRE_INIT();
+    return engine().set_notify_drops(ni, enable != 0);
+}

@@ -187,6 +187,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         }
     }
     pid_lock_fd_ = fd;
+    identity::remove_stale_rings();  // left by processes of this user that were killed
     loop_ = std::make_unique<LoopbackWire>(self_, [this] {
         if (shm_) shm_->wake();
     });
@@ -222,6 +223,14 @@ int Engine::nid_reachable(ptl_handle_ni_t h, ptl_nid_t nid) {
     Lock lk(mu_);
     if (!ni_of(h)) return PTL_ARG_INVALID;
     return nid == self_.nid || tcp_ != nullptr;  // our node: loopback/shm (or tcp, which then exists)
+}
+
+int Engine::set_notify_drops(ptl_handle_ni_t h, bool enable) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n) return PTL_ARG_INVALID;
+    n->notify_drops = enable;
+    return PTL_OK;
 }
 
 void Engine::sleep_for_traffic(long timeout_us) {

@@ -101,6 +101,7 @@ public:
     int app_progress();
     int eq_arm(ptl_handle_eq_t, int fd);
     int nid_reachable(ptl_handle_ni_t, ptl_nid_t);
+    int set_notify_drops(ptl_handle_ni_t ni, bool enable);
 
     const Config &config() const { return cfg_; }
 

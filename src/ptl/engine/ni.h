@@ -58,6 +58,7 @@ public:
     SlotTable<Ct> cts;
     std::vector<ptl_process_t> map;
     bool map_set = false;
+    bool notify_drops = false;  // PtlXNINotifyDrops: drops answered with PTL_NI_DROPPED (X3)
     std::atomic<ptl_sr_value_t> sr[PTL_SR_LAST] = {};
     uint64_t next_seq = 1;
     uint64_t next_op_id = 1;

@@ -140,7 +140,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     // operation-completion ack, a rendezvous SEND or PTL_NOTIFY_DROPS needs it (X3).
     auto silent_drop = [&] {
         n->count(PTL_SR_DROP_COUNT);
-        if (cfg_.notify_drops || h.ack_req == PTL_OC_ACK_REQ)
+        if (cfg_.notify_drops || n->notify_drops || h.ack_req == PTL_OC_ACK_REQ)
             refuse(PTL_NI_DROPPED);
         else if (rndv)  // no ACK (silent), but the initiator's SEND still has to complete
             respond(m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);

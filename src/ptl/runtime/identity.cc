@@ -3,11 +3,13 @@
 #include <portals4.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,7 +27,7 @@ uint32_t select_nid(const std::string &ifname_in, std::string *chosen, std::stri
     struct ifaddrs *ifs = nullptr;
     if (getifaddrs(&ifs) != 0) {
         if (chosen) *chosen = "lo";
-        return ntohl(INADDR_LOOPBACK);
+        return INADDR_LOOPBACK;
     }
     uint32_t nid = 0;
     std::string name;
@@ -46,7 +48,7 @@ uint32_t select_nid(const std::string &ifname_in, std::string *chosen, std::stri
             if (err) *err = "interface '" + ifname + "' has no IPv4 address";
             return 0;
         }
-        nid = ntohl(INADDR_LOOPBACK);
+        nid = INADDR_LOOPBACK;
         name = "lo";
     }
     if (chosen) *chosen = name;
@@ -86,9 +88,16 @@ int try_lock(uint32_t nid, uint32_t pid, int *fd_out, std::string *err) {
 
 int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) {
     if (pid != PTL_PID_ANY) {
-        const int r = try_lock(nid, pid, lock_fd, err);
-        if (r == 1) return pid;
-        if (r == 0 && err) *err = "in use";
+        // remove_stale_rings holds a free pid's lock for an instant: look again before
+        // calling the pid taken.
+        for (int attempt = 0;; ++attempt) {
+            const int r = try_lock(nid, pid, lock_fd, err);
+            if (r == 1) return pid;
+            if (r < 0) return -1;
+            if (attempt == 20) break;
+            usleep(1000);
+        }
+        if (err) *err = "in use";
         return -1;
     }
     // Start where this process's OS pid points rather than at 0: a pid that just became free
@@ -103,6 +112,28 @@ int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) 
     }
     if (err) *err = "no free pid below PTL_PID_MAX";
     return -1;
+}
+
+int remove_stale_rings() {
+    const std::string prefix = "ptl4-" + std::to_string(getuid()) + "-";
+    DIR *d = opendir("/dev/shm");
+    if (!d) return 0;
+    int removed = 0;
+    while (struct dirent *e = readdir(d)) {
+        unsigned nid, pid;
+        int end = 0;
+        const std::string name = e->d_name;
+        if (name.compare(0, prefix.size(), prefix) != 0) continue;
+        if (std::sscanf(name.c_str() + prefix.size(), "%8x-%u%n", &nid, &pid, &end) != 2) continue;
+        if (name.size() != prefix.size() + size_t(end) || pid >= PTL_PID_MAX) continue;  // a .lock
+        int fd;
+        if (try_lock(nid, pid, &fd, nullptr) != 1) continue;  // owned by a live process
+        // Holding the pid's lock, no process can be creating this ring.
+        if (shm_unlink(ring_name(nid, pid).c_str()) == 0) ++removed;
+        close(fd);
+    }
+    closedir(d);
+    return removed;
 }
 
 void release_pid(uint32_t nid, uint32_t pid, int lock_fd) {

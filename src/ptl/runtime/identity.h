@@ -23,4 +23,8 @@ std::string lock_path(uint32_t nid, uint32_t pid);
 int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err);
 void release_pid(uint32_t nid, uint32_t pid, int lock_fd);
 
+// Unlinks the receive rings of this user's processes that died without finalizing (killed,
+// crashed): a ring whose pid lock nobody holds. Returns how many.
+int remove_stale_rings();
+
 }  // namespace ptl::identity

@@ -18,21 +18,18 @@ bool portals_op(unsigned uct_op, ptl_op_t *out) {
     }
 }
 
-const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
-    return reinterpret_cast<const uct_portals_rkey_t *>(rkey);
-}
-
 ucs_status_t post(uct_ep_h tl_ep, unsigned opcode, uint64_t value, unsigned size, uint64_t remote_addr,
                   uct_rkey_t rkey) {
     ptl_op_t op_kind;
     if (!portals_op(opcode, &op_kind) || op_kind == PTL_SWAP || op_kind == PTL_CSWAP)
         return UCS_ERR_UNSUPPORTED;
+    const uct_portals_rkey_t *rk = rkey_of(rkey);
+    if (!rk) return UCS_ERR_INVALID_PARAM;
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     Op *op = f->get_op(ep, OpType::AtomicPost, nullptr);
     if (!op) return UCS_ERR_NO_RESOURCE;
     op->operand = value;
-    const uct_portals_rkey_t *rk = rkey_of(rkey);
     const int rc = PtlAtomic(f->md_volatile, reinterpret_cast<uintptr_t>(&op->operand), size, PTL_ACK_REQ,
                              ep->peer, rk->pt, rk->key, remote_addr - rk->base, op, 0, op_kind,
                              size == 4 ? PTL_UINT32_T : PTL_UINT64_T);
@@ -47,6 +44,8 @@ ucs_status_t fetch(uct_ep_h tl_ep, unsigned opcode, uint64_t value, uint64_t com
                    unsigned size, uint64_t remote_addr, uct_rkey_t rkey, uct_completion_t *comp) {
     ptl_op_t op_kind;
     if (!portals_op(opcode, &op_kind)) return UCS_ERR_UNSUPPORTED;
+    const uct_portals_rkey_t *rk = rkey_of(rkey);
+    if (!rk) return UCS_ERR_INVALID_PARAM;
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     Op *op = f->get_op(ep, OpType::AtomicFetch, comp);
@@ -55,7 +54,6 @@ ucs_status_t fetch(uct_ep_h tl_ep, unsigned opcode, uint64_t value, uint64_t com
     op->compare = compare;
     op->result = result;
     op->result_size = size;
-    const uct_portals_rkey_t *rk = rkey_of(rkey);
     const ptl_datatype_t type = size == 4 ? PTL_UINT32_T : PTL_UINT64_T;
     const uintptr_t get_off = reinterpret_cast<uintptr_t>(&op->fetched);
     const uintptr_t put_off = reinterpret_cast<uintptr_t>(&op->operand);

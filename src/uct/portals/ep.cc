@@ -18,6 +18,7 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
     const auto *dev = reinterpret_cast<const uct_portals_device_addr_t *>(params->dev_addr);
     const auto *ia = reinterpret_cast<const uct_portals_iface_addr_t *>(params->iface_addr);
     ep->iface = iface_of(params->iface);
+    ep->uct = &uct->super.super;
     ep->peer.phys.nid = dev->nid;
     ep->peer.phys.pid = ia->pid;
     ep->am_pt = ia->am_pt;
@@ -31,22 +32,24 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
 extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     Ep *ep = uct->impl;
     Iface *f = ep->iface;
-    // Operations still in flight finish in the engine without their ep; like UCX's own
-    // transports, their completions (and the ep's flushes) are reported now, cancelled, so
-    // nothing completes after the ep is gone.
-    for (Op &op : f->ops) {
-        if (op.ep != ep) continue;
-        op.ep = nullptr;
-        if (uct_completion_t *comp = std::exchange(op.comp, nullptr))
-            uct_invoke_completion(comp, UCS_ERR_CANCELED);
-    }
+    // Like UCX's own transports: nothing completes after the ep is gone.
+    f->cancel_ops(ep);
     for (const auto &flush : ep->flushes) uct_invoke_completion(flush.second, UCS_ERR_CANCELED);
     if (ep->in_pending_list) std::erase(f->pending_eps, ep);
+    std::erase_if(f->failed_eps, [ep](const auto &e) { return e.first == ep; });
     delete static_cast<uct_portals_ep_impl *>(ep);
 }
 
+// UCT_FLUSH_FLAG_CANCEL drops what is in flight only on a failed ep (UCP's discard after a
+// peer failure): to a live peer, the engine may still read or write the buffers of an
+// operation it has started, so that flush waits for them like any other.
 extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t *comp) {
     Ep *ep = ep_of(tl_ep);
+    if ((flags & UCT_FLUSH_FLAG_CANCEL) && ep->failed) {
+        ep->iface->cancel_ops(ep);
+        ep->iface->complete_flushes(ep);
+        return UCS_OK;
+    }
     if (!ucs_queue_is_empty(&ep->pending)) return UCS_ERR_NO_RESOURCE;
     if (ep->in_flight.empty()) return UCS_OK;
     ep->iface->progress();

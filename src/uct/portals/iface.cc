@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 using namespace uct_portals;
 
@@ -23,9 +24,13 @@ ptl_md_t whole_memory_md(ptl_handle_eq_t eq, unsigned options) {
     return md;
 }
 
-int append_tx_pool_me(Iface &f) {
-    const ptl_me_t me = make_me(f.tx_buf, f.tx_stride * f.tx_free.size(), PTL_ME_OP_GET, kTxPoolBits, 0);
-    return PtlMEAppend(f.ni, f.ctl_pt, &me, PTL_PRIORITY_LIST, nullptr, &f.tx_pool_me);
+int append_ctl_mes(Iface &f) {
+    const ptl_me_t pool = make_me(f.tx_buf, f.tx_stride * f.tx_free.size(), PTL_ME_OP_GET, kTxPoolBits, 0);
+    int rc = PtlMEAppend(f.ni, f.ctl_pt, &pool, PTL_PRIORITY_LIST, nullptr, &f.tx_pool_me);
+    const ptl_me_t probe =
+        make_me(nullptr, 0, PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_SUCCESS_DISABLE, kProbeBits, 0);
+    if (rc == PTL_OK) rc = PtlMEAppend(f.ni, f.ctl_pt, &probe, PTL_PRIORITY_LIST, nullptr, &f.probe_me);
+    return rc;
 }
 
 // Every ME goes before its portal can be freed (PTL_PT_IN_USE otherwise, and the portal
@@ -38,6 +43,7 @@ void release_objects(Iface &f) {
     for (Op &op : f.ops)
         if (op.type == OpType::Rndv && op.src_me != PTL_INVALID_HANDLE) PtlMEUnlink(op.src_me);
     if (f.tx_pool_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.tx_pool_me);
+    if (f.probe_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.probe_me);
     for (ptl_pt_index_t *pt : {&f.am_pt, &f.tag_pt, &f.ctl_pt}) {
         if (*pt != PTL_PT_ANY) {
             const int rc = PtlPTFree(f.ni, *pt);
@@ -129,7 +135,7 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     if (rc == PTL_OK) {
         for (unsigned i = tx_descs; i-- > 0;) f->tx_free.push_back(int(i));
         f->tx_owner.assign(tx_descs, nullptr);
-        rc = append_tx_pool_me(*f);
+        rc = append_ctl_mes(*f);
     }
     if (rc == PTL_OK) {
         f->ops.resize(tx_queue_len);
@@ -181,6 +187,7 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
                       UCT_IFACE_FLAG_AM_ZCOPY | UCT_IFACE_FLAG_PUT_SHORT | UCT_IFACE_FLAG_PUT_BCOPY |
                       UCT_IFACE_FLAG_PUT_ZCOPY | UCT_IFACE_FLAG_GET_BCOPY | UCT_IFACE_FLAG_GET_ZCOPY |
                       UCT_IFACE_FLAG_ATOMIC_DEVICE | UCT_IFACE_FLAG_PENDING | UCT_IFACE_FLAG_CB_SYNC |
+                      UCT_IFACE_FLAG_ERRHANDLE_PEER_FAILURE |
                       (f->tag_offload ? UCT_IFACE_FLAG_TAG_EAGER_SHORT | UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
                                             UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY
                                       : 0);
@@ -361,7 +368,33 @@ void Iface::complete_flushes(Ep *ep) {
     for (uct_completion_t *c : done) uct_invoke_completion(c, UCS_OK);
 }
 
+void Iface::cancel_ops(Ep *ep) {
+    for (Op &op : ops) {
+        if (op.ep != ep) continue;
+        ep->in_flight.erase(op.seq);
+        op.ep = nullptr;
+        if (uct_completion_t *comp = std::exchange(op.comp, nullptr))
+            uct_invoke_completion(comp, UCS_ERR_CANCELED);
+    }
+}
+
+// The handler (UCP's peer-failure mode) runs from progress, outside the event loop, so it
+// may purge, flush and destroy the ep.
+void Iface::report_failed_eps() {
+    while (!failed_eps.empty()) {
+        const auto [ep, status] = failed_eps.front();
+        failed_eps.pop_front();
+        ucs_debug("portals: ep %p to nid 0x%x pid %u failed: %s", ep->uct, ep->peer.phys.nid,
+                  ep->peer.phys.pid, ucs_status_string(status));
+        uct_iface_handle_ep_err(&uct->super.super, ep->uct, status);
+    }
+}
+
 void Iface::complete_op(Op *op, ucs_status_t status) {
+    if (Ep *ep = op->ep; ep && status != UCS_OK && status != UCS_ERR_CANCELED && !ep->failed) {
+        ep->failed = true;
+        failed_eps.emplace_back(ep, status);
+    }
     // Results of an op whose ep was destroyed are unwanted: its completion was reported
     // (cancelled) then.
     if (status == UCS_OK && op->ep) {

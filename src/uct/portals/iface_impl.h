@@ -50,6 +50,15 @@ inline MsgInfo decode_msg(uint64_t v) {
 // Match bits on the ctl portal.
 constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;  // the send-buffer pool
 constexpr ptl_match_bits_t kRndvBits = 1ull << 62;    // one rendezvous' data, | key
+constexpr ptl_match_bits_t kProbeBits = 1ull << 61;   // zero bytes, for RMA without an rkey
+
+// A remote region; nullptr for the null and invalid rkeys. Those name no memory, so only a
+// zero-length put or get may use them: it goes to the peer's probe entry, and so still
+// reaches the peer, completes in order and reports a failed peer.
+inline const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
+    if (rkey == 0 || rkey == UCT_INVALID_RKEY) return nullptr;
+    return reinterpret_cast<const uct_portals_rkey_t *>(rkey);
+}
 
 // A rendezvous announcement, followed by the user header.
 struct RndvInfo {
@@ -127,6 +136,10 @@ inline TagRecv *tag_recv(uct_tag_context_t *ctx) {
 
 struct Ep {
     Iface *iface = nullptr;
+    uct_ep_h uct = nullptr;
+    // An operation failed (peer process gone, its iface closed, access refused): the error
+    // handler is told once, and a cancelling flush then drops what is still in flight.
+    bool failed = false;
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
     uint64_t next_seq = 0;
@@ -178,11 +191,13 @@ struct Iface {
     std::vector<int> tx_free;
     std::vector<Op *> tx_owner;  // the send holding each buffer
     ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
+    ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
     std::vector<Op> ops;
     Op *free_ops = nullptr;
     unsigned ops_in_flight = 0;
     uint64_t next_rndv_key = 1;
-    std::deque<Ep *> pending_eps;  // eps with pending requests, served round robin
+    std::deque<Ep *> pending_eps;                          // eps with pending requests, served round robin
+    std::deque<std::pair<Ep *, ucs_status_t>> failed_eps;  // error handler still to call
     // wake-up
     int event_fd = -1;
     // statistics (shown by uct_portals_iface_query's debug log and the tests)
@@ -214,6 +229,10 @@ struct Iface {
     size_t max_am_hdr() const { return std::min<size_t>(128, seg_size / 2); }
     void put_op(Op *op);
     void complete_flushes(Ep *ep);
+    // Reports ops of `ep` still in flight as cancelled and forgets them (they finish in the
+    // engine without their ep).
+    void cancel_ops(Ep *ep);
+    void report_failed_eps();
     void dispatch_pending();
 
     // progress

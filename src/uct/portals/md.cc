@@ -258,7 +258,9 @@ extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, con
     rc = PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, nullptr,
                    &md->ni);
     if (rc == PTL_OK) {
-        rc = PtlPTAlloc(md->ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &md->rma_pt);
+        // A put or get to a deregistered region must still complete (with an error) at the peer.
+        rc = PtlXNINotifyDrops(md->ni, 1);
+        if (rc == PTL_OK) rc = PtlPTAlloc(md->ni, 0, PTL_EQ_NONE, PTL_PT_ANY, &md->rma_pt);
         if (rc != PTL_OK) PtlNIFini(md->ni);
     }
     if (rc != PTL_OK) {

@@ -9,16 +9,21 @@ using namespace uct_portals;
 
 namespace {
 
+// Any failure fails the op's ep as well (Iface::complete_op), with the op's status. A peer
+// that is gone reads as UCS_ERR_ENDPOINT_TIMEOUT, as from UCX's own transports (and UCP's
+// failed lanes): the process died (undeliverable), or its iface was closed, since our
+// receive portals take every message (catch-alls) and only a closed one drops. For RMA a
+// drop means the region was deregistered.
 ucs_status_t fail_status(ptl_ni_fail_t f) {
     switch (f) {
         case PTL_NI_OK: return UCS_OK;
-        case PTL_NI_UNDELIVERABLE: return UCS_ERR_UNREACHABLE;
+        case PTL_NI_UNDELIVERABLE:
+        case PTL_NI_NO_MATCH:
+        case PTL_NI_DROPPED:
+        case PTL_NI_PT_DISABLED: return UCS_ERR_ENDPOINT_TIMEOUT;
         case PTL_NI_PERM_VIOLATION:
         case PTL_NI_OP_VIOLATION: return UCS_ERR_REJECTED;
         case PTL_NI_SEGV: return UCS_ERR_INVALID_ADDR;
-        case PTL_NI_NO_MATCH:
-        case PTL_NI_DROPPED:
-        case PTL_NI_PT_DISABLED: return UCS_ERR_UNREACHABLE;
         default: return UCS_ERR_IO_ERROR;
     }
 }
@@ -39,6 +44,7 @@ unsigned Iface::progress() {
     PtlXProgress();
     drain_eq();
     unsigned n = deliver_rx();
+    if (!failed_eps.empty()) report_failed_eps();
     while (!cancelled.empty()) {
         const auto [ctx, tag] = cancelled.front();
         cancelled.pop_front();

@@ -12,8 +12,20 @@ using namespace uct_portals;
 
 namespace {
 
-const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
-    return reinterpret_cast<const uct_portals_rkey_t *>(rkey);
+// Where an RMA of `length` bytes goes: the rkey's region, or the peer's probe entry for a
+// zero-length one without an rkey. False for a longer one without an rkey.
+struct Target {
+    ptl_pt_index_t pt;
+    ptl_match_bits_t bits;
+    ptl_size_t offset;
+};
+bool target_of(const Ep *ep, uct_rkey_t rkey, uint64_t remote_addr, size_t length, Target *t) {
+    if (const uct_portals_rkey_t *rk = rkey_of(rkey)) {
+        *t = {rk->pt, rk->key, remote_addr - rk->base};
+        return true;
+    }
+    *t = {ep->ctl_pt, kProbeBits, 0};
+    return length == 0;
 }
 
 // A put of `length` bytes at `src`; sources up to max_volatile are copied by the call, so
@@ -21,11 +33,12 @@ const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
 ucs_status_t put(Ep *ep, const void *src, size_t length, uint64_t remote_addr, uct_rkey_t rkey,
                  uct_completion_t *comp, bool zcopy) {
     Iface *f = ep->iface;
+    Target t;
+    if (!target_of(ep, rkey, remote_addr, length, &t)) return UCS_ERR_INVALID_PARAM;
     Op *op = f->get_op(ep, OpType::Put, comp);
     if (!op) return UCS_ERR_NO_RESOURCE;
-    const uct_portals_rkey_t *rk = rkey_of(rkey);
     const int rc = PtlPut(zcopy ? f->md : f->md_volatile, reinterpret_cast<uintptr_t>(src), length,
-                          PTL_ACK_REQ, ep->peer, rk->pt, rk->key, remote_addr - rk->base, op, 0);
+                          PTL_ACK_REQ, ep->peer, t.pt, t.bits, t.offset, op, 0);
     if (rc != PTL_OK) {
         f->put_op(op);
         return status_of(rc);
@@ -35,9 +48,10 @@ ucs_status_t put(Ep *ep, const void *src, size_t length, uint64_t remote_addr, u
 
 ucs_status_t get(Ep *ep, Op *op, void *dst, size_t length, uint64_t remote_addr, uct_rkey_t rkey) {
     Iface *f = ep->iface;
-    const uct_portals_rkey_t *rk = rkey_of(rkey);
-    const int rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, rk->pt, rk->key,
-                          remote_addr - rk->base, op);
+    Target t;
+    int rc = PTL_ARG_INVALID;
+    if (target_of(ep, rkey, remote_addr, length, &t))
+        rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, t.pt, t.bits, t.offset, op);
     if (rc != PTL_OK) {
         std::free(op->bounce);
         op->bounce = nullptr;
