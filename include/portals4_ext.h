@@ -33,6 +33,13 @@ int PtlXNidReachable(ptl_handle_ni_t ni, ptl_nid_t nid);
  * needs every operation to complete. Returns PTL_OK, PTL_ARG_INVALID, PTL_NO_INIT. */
 int PtlXNINotifyDrops(ptl_handle_ni_t ni, int enable);
 
+/* Whether the physical process `peer` (nid, pid) is, as far as this process knows, alive:
+ * 0 once its wire saw it die (its process is gone, or its connection was reset or timed
+ * out), 1 otherwise, PTL_ARG_INVALID for a bad handle, PTL_NO_INIT. Operations to it fail by
+ * themselves; this is for a client waiting on the peer with no operation of its own in
+ * flight (the UCT component's rendezvous sends, which wait for the peer to fetch). */
+int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,11 +33,10 @@ echo "== 4 ranks on 4 hosts: mp_tests"
 echo "== peer killed on another host"
 NETNS_HOSTS=$two PTL_TEST_WIRES=auto PTL_TEST_LAUNCH="$rank_on_host" "$top/test/run_peer_failure.sh"
 # Hosts 3 and 4: the victim's host goes silent (its link cut, then the process killed), so
-# only PTL_TCP_TIMEOUT_MS can tell the survivor; 3 s here, failures due within 8 s. A UCP
-# rendezvous waiting for the peer's fetch has nothing unacknowledged on the wire: UCP's
-# keepalive (1 s here; UCX's default is 20 s) sends what then times out.
+# only PTL_TCP_TIMEOUT_MS can tell the survivor; 3 s here, failures due within 8 s. (The UCP
+# case has nothing unacknowledged on the wire: the idle connection's keepalive finds it.)
 echo "== peer host goes silent (link cut)"
-NETNS_HOSTS="$3 $4" PTL_TEST_WIRES=auto PTL_TEST_LAUNCH="$rank_on_host" PTL_TEST_CUT_LINK=1 UCX_KEEPALIVE_INTERVAL=1s \
+NETNS_HOSTS="$3 $4" PTL_TEST_WIRES=auto PTL_TEST_LAUNCH="$rank_on_host" PTL_TEST_CUT_LINK=1 \
   PTL_TCP_TIMEOUT_MS=3000 PTL_TEST_FAILURE_BOUND_S=8 "$top/test/run_peer_failure.sh"
 
 # A host whose only network is loopback: the nid falls back to 127.0.0.1, and the tcp wire

@@ -2,10 +2,11 @@
 // test/run_peer_failure.sh under `ptlrun -n 2` with the module preloaded (env.sh). Rank 1,
 // the survivor, connects with UCP_ERR_HANDLING_MODE_PEER, proves the path with a small
 // message, then starts a 64 MiB tagged send (rendezvous: the victim holds the announcement,
-// the data waits to be fetched) and many eager sends. Rank 0, the victim, kills itself once
-// the announcement has arrived. The survivor's requests must all complete with an error, the
-// ep's error callback must report UCS_ERR_ENDPOINT_TIMEOUT, later sends must fail at once,
-// and everything must close cleanly, within the bound (PTL_TEST_FAILURE_BOUND_S, default 5 s).
+// the data waits to be fetched) and many eager sends. Rank 0, the victim, receives the eager
+// messages and kills itself once the announcement has arrived, so the survivor's engine has
+// nothing left to fail: the UCT face must learn of the death from the wire. The survivor's requests must all
+// complete with an error, the ep's error callback must report UCS_ERR_ENDPOINT_TIMEOUT, later sends must fail
+// at once, and everything must close cleanly, within the bound (PTL_TEST_FAILURE_BOUND_S, default 5 s).
 #include <portals4_rt.h>
 #include <signal.h>
 #include <time.h>
@@ -94,7 +95,13 @@ void victim(ucp_worker_h w) {
     void *r = ucp_tag_recv_nbx(w, small, sizeof small, kSmokeTag, ~ucp_tag_t(0), &p);
     CHECK(wait(w, r, now_s() + 30) == UCS_OK);
     CHECK(ptlrt_barrier() == 0);  // the survivor starts its sends
-    // Killed once the rendezvous announcement is here: its data is then still to be fetched.
+    // Every eager message arrives (so nothing of the survivor's is left in its engine), then
+    // the victim dies once the rendezvous announcement is here: its data is still to be
+    // fetched, and only the peer's death can end that send.
+    std::vector<char> msg(1024);
+    for (int i = 0; i < kEagerSends; ++i)
+        CHECK(wait(w, ucp_tag_recv_nbx(w, msg.data(), msg.size(), kEagerTag, ~ucp_tag_t(0), &p),
+                   now_s() + 30) == UCS_OK);
     ucp_tag_recv_info_t info;
     const double deadline = now_s() + 30;
     while (!ucp_tag_probe_nb(w, kBigTag, ~ucp_tag_t(0), 0, &info) && now_s() < deadline)
@@ -127,9 +134,10 @@ void survivor(ucp_worker_h w, ucp_ep_h ep, EpError &err) {
     std::printf(
         "survivor: peer failure noticed %.2f s after the sends started: rendezvous send %s, error callback "
         "%d x %s, "
-        "%d of %d eager sends failed (the others had left)\n",
+        "%d of %d eager sends failed\n",
         took, ucs_status_string(big_status), err.count, ucs_status_string(err.status), eager_failed,
         kEagerSends);
+    CHECK(eager_failed == 0);  // all delivered before the victim died
     CHECK(err.count == 1);
     CHECK(err.status == UCS_ERR_ENDPOINT_TIMEOUT);
     CHECK(big_status == UCS_ERR_ENDPOINT_TIMEOUT || big_status == UCS_ERR_CANCELED);

@@ -22,3 +22,8 @@ PTL_API int PtlXNINotifyDrops(ptl_handle_ni_t ni, int enable) {
     REQUIRE_INIT();
     return engine().set_notify_drops(ni, enable != 0);
 }
+
+PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
+    REQUIRE_INIT();
+    return engine().peer_alive(ni, peer);
+}

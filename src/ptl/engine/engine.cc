@@ -233,6 +233,14 @@ int Engine::set_notify_drops(ptl_handle_ni_t h, bool enable) {
     return PTL_OK;
 }
 
+int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
+    Lock lk(mu_);
+    if (!ni_of(h)) return PTL_ARG_INVALID;
+    const PeerId p{peer.phys.nid, peer.phys.pid};
+    Wire *w = wire_for(p);
+    return w && !w->peer_dead(p);
+}
+
 void Engine::sleep_for_traffic(long timeout_us) {
     if (tcp_)
         shm_->wait_for_traffic(timeout_us, [this] { tcp_->arm_wakeup(); });

@@ -102,6 +102,7 @@ public:
     int eq_arm(ptl_handle_eq_t, int fd);
     int nid_reachable(ptl_handle_ni_t, ptl_nid_t);
     int set_notify_drops(ptl_handle_ni_t ni, bool enable);
+    int peer_alive(ptl_handle_ni_t ni, ptl_process_t peer);
 
     const Config &config() const { return cfg_; }
 

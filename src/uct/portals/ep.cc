@@ -25,6 +25,7 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
     ep->tag_pt = ia->tag_pt;
     ep->ctl_pt = ia->ctl_pt;
     ucs_queue_head_init(&ep->pending);
+    ep->iface->eps.push_back(ep);
     uct->impl = ep;
     return UCS_OK;
 }
@@ -37,6 +38,7 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     for (const auto &flush : ep->flushes) uct_invoke_completion(flush.second, UCS_ERR_CANCELED);
     if (ep->in_pending_list) std::erase(f->pending_eps, ep);
     std::erase_if(f->failed_eps, [ep](const auto &e) { return e.first == ep; });
+    std::erase(f->eps, ep);
     delete static_cast<uct_portals_ep_impl *>(ep);
 }
 

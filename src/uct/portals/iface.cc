@@ -390,11 +390,14 @@ void Iface::report_failed_eps() {
     }
 }
 
+void Iface::mark_failed(Ep *ep, ucs_status_t status) {
+    if (ep->failed) return;
+    ep->failed = true;
+    failed_eps.emplace_back(ep, status);
+}
+
 void Iface::complete_op(Op *op, ucs_status_t status) {
-    if (Ep *ep = op->ep; ep && status != UCS_OK && status != UCS_ERR_CANCELED && !ep->failed) {
-        ep->failed = true;
-        failed_eps.emplace_back(ep, status);
-    }
+    if (op->ep && status != UCS_OK && status != UCS_ERR_CANCELED) mark_failed(op->ep, status);
     // Results of an op whose ep was destroyed are unwanted: its completion was reported
     // (cancelled) then.
     if (status == UCS_OK && op->ep) {

@@ -233,6 +233,12 @@ struct Iface {
     // engine without their ep).
     void cancel_ops(Ep *ep);
     void report_failed_eps();
+    void check_peers();
+    void fail_ep(Ep *ep, ucs_status_t status);
+    void mark_failed(Ep *ep, ucs_status_t status);  // the error handler is then called once
+    std::vector<Ep *> eps;                          // for check_peers, which visits a few per round
+    size_t next_ep_to_check = 0;
+    ucs_time_t next_peer_check = 0;
     void dispatch_pending();
 
     // progress

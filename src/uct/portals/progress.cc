@@ -2,12 +2,22 @@
 // received messages (active messages, tagged messages expected or not) in arrival order.
 #include "iface_impl.h"
 
+extern "C" {
+#include <ucs/time/time.h>
+}
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 using namespace uct_portals;
 
 namespace {
+
+constexpr unsigned kPeerCheckMs = 100;      // Iface::check_peers: how often
+constexpr size_t kPeerChecksPerRound = 64;  // and how many eps each time
 
 // Any failure fails the op's ep as well (Iface::complete_op), with the op's status. A peer
 // that is gone reads as UCS_ERR_ENDPOINT_TIMEOUT, as from UCX's own transports (and UCP's
@@ -44,6 +54,13 @@ unsigned Iface::progress() {
     PtlXProgress();
     drain_eq();
     unsigned n = deliver_rx();
+    if (!eps.empty()) {
+        const ucs_time_t now = ucs_get_time();
+        if (now >= next_peer_check) {
+            next_peer_check = now + ucs_time_from_msec(kPeerCheckMs);
+            check_peers();
+        }
+    }
     if (!failed_eps.empty()) report_failed_eps();
     while (!cancelled.empty()) {
         const auto [ctx, tag] = cancelled.front();
@@ -53,6 +70,31 @@ unsigned Iface::progress() {
     }
     if (!pending_eps.empty()) dispatch_pending();
     return n;
+}
+
+// Operations the engine owns fail by themselves when their peer dies. But a send may wait
+// for the peer with nothing left in the engine (a rendezvous or a truncated eager message
+// waiting to be fetched, or UCP's own rendezvous waiting for an answer), like an idle
+// connection of UCX's tcp transport: ask the engine whether the peers of a few eps per
+// round are known to be dead (their process gone, their connection reset or timed out).
+void Iface::check_peers() {
+    const size_t visits = std::min(eps.size(), kPeerChecksPerRound);
+    for (size_t i = 0; i < visits; ++i) {
+        if (next_ep_to_check >= eps.size()) next_ep_to_check = 0;
+        Ep *ep = eps[next_ep_to_check++];
+        if (!ep->failed && PtlXPeerAlive(ni, ep->peer) == 0) fail_ep(ep, UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+}
+
+// The sends waiting for the peer to fetch them complete now; the error handler runs from
+// progress (report_failed_eps).
+void Iface::fail_ep(Ep *ep, ucs_status_t status) {
+    for (Op &op : ops) {
+        if (op.ep != ep || !op.acked || (op.type != OpType::Rndv && op.type != OpType::Send)) continue;
+        if (op.type == OpType::Rndv) PtlMEUnlink(std::exchange(op.src_me, PTL_INVALID_HANDLE));
+        complete_op(&op, status);
+    }
+    mark_failed(ep, status);
 }
 
 void Iface::drain_eq() {
