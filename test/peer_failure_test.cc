@@ -5,6 +5,7 @@
 // survivor sends stays in flight; once the survivor has started a large put, a large get and a
 // rendezvous-sized put, the victim is killed with SIGKILL. Rank 1 must see every operation complete, the ones
 // that need the victim failed and counted, within the bound, and then finalize with nothing left pending.
+#include <portals4_ext.h>
 #include <portals4_rt.h>
 #include <signal.h>
 #include <time.h>
@@ -67,6 +68,7 @@ void survivor(ptl_handle_ni_t ni, ptl_process_t peer) {
     const ptl_handle_md_t get_md = bind(in, PTL_MD_EVENT_CT_REPLY);
     const ptl_handle_md_t rndv_md = bind(rndv, PTL_MD_EVENT_CT_SEND);
     ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlXPeerAlive(ni, peer), 1);
     ASSERT_EQ(PtlPut(put_md, 0, kBig, PTL_ACK_REQ, peer, kPt, 0, 0, nullptr, 0), PTL_OK);
     ASSERT_EQ(PtlGet(get_md, 0, kBig, peer, kPt, 0, 0, nullptr), PTL_OK);
     // Past PTL_RNDV_THRESH: on shm the victim would pull it, so its SEND waits for the peer.
@@ -97,7 +99,9 @@ void survivor(ptl_handle_ni_t ni, ptl_process_t peer) {
     ASSERT_EQ(PtlCTGet(ct, &c), PTL_OK);
     EXPECT_GE(c.failure, 2u) << "the ACK and the REPLY count as failures";
 
-    // Known dead now: a new operation fails at once instead of waiting again.
+    // Known dead now: the engine says so, and a new operation fails at once.
+    EXPECT_EQ(PtlXPeerAlive(ni, peer), 0);
+    EXPECT_EQ(PtlXPeerAlive(PTL_INVALID_HANDLE, peer), PTL_ARG_INVALID);
     const double t0 = now_s();
     ASSERT_EQ(PtlGet(get_md, 0, 8, peer, kPt, 0, 0, nullptr), PTL_OK);
     ptl_event_t ev = next_event(eq, ptl_time_t(bound_seconds() * 1000));
