@@ -1,4 +1,5 @@
-# Sourced by the launcher tests: which launchers to use and how, and where the MPI programs are.
+# Sourced by the launcher tests (with $b, the build directory, set): which launchers to use
+# and how, and where the MPI programs are.
 # Open MPI refuses to run as root without both variables; the tests run as root in CI.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 OMPI_MPIRUN=${OMPI_MPIRUN:-mpirun.openmpi}
