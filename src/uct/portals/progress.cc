@@ -91,7 +91,10 @@ void Iface::check_peers() {
 void Iface::fail_ep(Ep *ep, ucs_status_t status) {
     for (Op &op : ops) {
         if (op.ep != ep || !op.acked || (op.type != OpType::Rndv && op.type != OpType::Send)) continue;
-        if (op.type == OpType::Rndv) PtlMEUnlink(std::exchange(op.src_me, PTL_INVALID_HANDLE));
+        // A rendezvous whose data was fetched after all (its ME already gone) completes by
+        // its GET event, which may still be on its way.
+        if (op.type == OpType::Rndv && PtlMEUnlink(std::exchange(op.src_me, PTL_INVALID_HANDLE)) != PTL_OK)
+            continue;
         complete_op(&op, status);
     }
     mark_failed(ep, status);
