@@ -7,14 +7,13 @@
 // that need the victim failed and counted, within the bound, and then finalize with nothing left pending.
 #include <portals4_ext.h>
 #include <portals4_rt.h>
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "peer_failure_common.h"
 #include "ptl_test_util.h"
 
 using namespace ptltest;
@@ -23,20 +22,6 @@ namespace {
 
 constexpr size_t kBig = size_t(64) << 20;
 constexpr ptl_pt_index_t kPt = 5;
-// Killed peers are noticed at once (reset connection, vanished process) and their operations
-// failed at the next liveness check (PTL_LIVENESS_MS, 200 ms); allow for a loaded machine.
-// A silent peer (PTL_TEST_CUT_LINK) takes PTL_TCP_TIMEOUT_MS: the script raises the bound.
-double bound_seconds() {
-    const char *b = std::getenv("PTL_TEST_FAILURE_BOUND_S");
-    return b ? std::atof(b) : 5.0;
-}
-
-double now_s() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
 void victim(ptl_handle_ni_t ni) {
     std::vector<char> mem(kBig, 'v');
     ptl_me_t me = me_desc(mem.data(), mem.size(), PTL_ME_OP_PUT | PTL_ME_OP_GET);
@@ -44,12 +29,7 @@ void victim(ptl_handle_ni_t ni) {
     ASSERT_EQ(PtlMEAppend(ni, kPt, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
     ASSERT_EQ(ptlrt_barrier(), 0);  // exposed
     ASSERT_EQ(ptlrt_barrier(), 0);  // the survivor's operations are on their way
-    std::fflush(stdout);
-    // A host that vanishes says nothing: with its link cut first, not even the kernel's
-    // resets reach the survivor, which must then rely on PTL_TCP_TIMEOUT_MS.
-    if (std::getenv("PTL_TEST_CUT_LINK") && std::system("ip link set eth0 down") != 0)
-        std::fprintf(stderr, "victim: cannot cut the link\n");
-    raise(SIGKILL);
+    die_as_victim();
 }
 
 void survivor(ptl_handle_ni_t ni, ptl_process_t peer) {
@@ -80,7 +60,7 @@ void survivor(ptl_handle_ni_t ni, ptl_process_t peer) {
     while (sends + acks + replies < 4) {  // SEND + ACK of the put, REPLY, SEND of the rndv put
         ptl_event_t ev{};
         unsigned which;
-        const int rc = PtlEQPoll(&eq, 1, ptl_time_t(bound_seconds() * 1000), &ev, &which);
+        const int rc = PtlEQPoll(&eq, 1, ptl_time_t(failure_bound_seconds() * 1000), &ev, &which);
         ASSERT_EQ(rc, PTL_OK) << "an operation to the killed peer never completed";
         sends += ev.type == PTL_EVENT_SEND;
         acks += ev.type == PTL_EVENT_ACK;
@@ -92,7 +72,7 @@ void survivor(ptl_handle_ni_t ni, ptl_process_t peer) {
     }
     const double took = now_s() - killed;
     std::printf("peer failure noticed: %d operations failed %.3f s after the kill\n", failed, took);
-    EXPECT_LT(took, bound_seconds());
+    EXPECT_LT(took, failure_bound_seconds());
     EXPECT_EQ(acks, 1);
     EXPECT_EQ(replies, 1);
     ptl_ct_event_t c;
@@ -104,7 +84,7 @@ void survivor(ptl_handle_ni_t ni, ptl_process_t peer) {
     EXPECT_EQ(PtlXPeerAlive(PTL_INVALID_HANDLE, peer), PTL_ARG_INVALID);
     const double t0 = now_s();
     ASSERT_EQ(PtlGet(get_md, 0, 8, peer, kPt, 0, 0, nullptr), PTL_OK);
-    ptl_event_t ev = next_event(eq, ptl_time_t(bound_seconds() * 1000));
+    ptl_event_t ev = next_event(eq, ptl_time_t(failure_bound_seconds() * 1000));
     EXPECT_EQ(ev.type, PTL_EVENT_REPLY);
     EXPECT_EQ(ev.ni_fail_type, PTL_NI_UNDELIVERABLE);
     EXPECT_LT(now_s() - t0, 1.0);

@@ -8,8 +8,6 @@
 // complete with an error, the ep's error callback must report UCS_ERR_ENDPOINT_TIMEOUT, later sends must fail
 // at once, and everything must close cleanly, within the bound (PTL_TEST_FAILURE_BOUND_S, default 5 s).
 #include <portals4_rt.h>
-#include <signal.h>
-#include <time.h>
 #include <ucp/api/ucp.h>
 
 #include <cstdio>
@@ -17,7 +15,11 @@
 #include <cstring>
 #include <vector>
 
+#include "peer_failure_common.h"
+
 namespace {
+
+using namespace ptltest;
 
 #define CHECK(cond)                                                                                      \
     do {                                                                                                 \
@@ -31,17 +33,6 @@ namespace {
 constexpr ucp_tag_t kSmokeTag = 1, kBigTag = 2, kEagerTag = 3;
 constexpr size_t kBig = size_t(64) << 20;
 constexpr int kEagerSends = 64;
-
-double now_s() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
-}
-
-double bound_seconds() {
-    const char *b = std::getenv("PTL_TEST_FAILURE_BOUND_S");
-    return b ? std::atof(b) : 5.0;
-}
 
 // Worker addresses are larger than one ptlrt_allgather slot: gathered in slices.
 std::vector<std::vector<char>> gather_addresses(const void *addr, size_t len) {
@@ -107,11 +98,7 @@ void victim(ucp_worker_h w) {
     while (!ucp_tag_probe_nb(w, kBigTag, ~ucp_tag_t(0), 0, &info) && now_s() < deadline)
         ucp_worker_progress(w);
     CHECK(info.length == kBig);
-    std::fflush(stdout);
-    // As in peer_failure_test: a host that vanishes first, so only PTL_TCP_TIMEOUT_MS can tell.
-    if (std::getenv("PTL_TEST_CUT_LINK") && std::system("ip link set eth0 down") != 0)
-        std::fprintf(stderr, "victim: cannot cut the link\n");
-    raise(SIGKILL);
+    die_as_victim();
 }
 
 void survivor(ucp_worker_h w, ucp_ep_h ep, EpError &err) {
@@ -125,7 +112,7 @@ void survivor(ucp_worker_h w, ucp_ep_h ep, EpError &err) {
     std::vector<char> msg(1024, 'e');
     for (int i = 0; i < kEagerSends; ++i) eager.push_back(send(ep, msg.data(), msg.size(), kEagerTag));
 
-    const double start = now_s(), deadline = start + bound_seconds();
+    const double start = now_s(), deadline = start + failure_bound_seconds();
     const ucs_status_t big_status = wait(w, big_req, deadline);
     while (err.count == 0 && now_s() < deadline) ucp_worker_progress(w);
     const double took = now_s() - start;
@@ -146,7 +133,7 @@ void survivor(ucp_worker_h w, ucp_ep_h ep, EpError &err) {
     ucp_request_param_t close{};
     close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    const ucs_status_t closed = wait(w, ucp_ep_close_nbx(ep, &close), now_s() + bound_seconds());
+    const ucs_status_t closed = wait(w, ucp_ep_close_nbx(ep, &close), now_s() + failure_bound_seconds());
     CHECK(closed == UCS_OK || UCS_STATUS_IS_ERR(closed));
     CHECK(closed != UCS_INPROGRESS);
 }

@@ -214,6 +214,11 @@ Wire *Engine::wire_for(PeerId p) {
     return tcp_.get();
 }
 
+bool Engine::peer_gone(PeerId p) {
+    Wire *w = wire_for(p);
+    return !w || w->peer_dead(p);
+}
+
 void Engine::inject(const InMessage &m) {
     Lock lk(mu_);
     if (phys_open_) handle_message(m);
@@ -236,9 +241,7 @@ int Engine::set_notify_drops(ptl_handle_ni_t h, bool enable) {
 int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
     Lock lk(mu_);
     if (!ni_of(h)) return PTL_ARG_INVALID;
-    const PeerId p{peer.phys.nid, peer.phys.pid};
-    Wire *w = wire_for(p);
-    return w && !w->peer_dead(p);
+    return !peer_gone({peer.phys.nid, peer.phys.pid});
 }
 
 void Engine::sleep_for_traffic(long timeout_us) {

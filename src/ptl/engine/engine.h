@@ -126,6 +126,8 @@ private:
     int progress_locked();
     void handle_message(const InMessage &m);
     Wire *wire_for(PeerId p);
+    // No wire reaches it (unreachable node) or its wire saw it die: operations to it fail.
+    bool peer_gone(PeerId p);
     // Sleeps until a wire has traffic, wake-up or timeout (progress thread, manual waits).
     void sleep_for_traffic(long timeout_us);
     bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n);

@@ -265,10 +265,8 @@ void Engine::check_dead_peers() {
     for (Ni *n : nis_) {
         if (!n || n->pending.empty()) continue;
         std::vector<uint64_t> dead;
-        for (auto &[id, p] : n->pending) {
-            Wire *w = wire_for(p.peer);
-            if (!w || w->peer_dead(p.peer)) dead.push_back(id);
-        }
+        for (auto &[id, p] : n->pending)
+            if (peer_gone(p.peer)) dead.push_back(id);
         std::sort(dead.begin(), dead.end());  // fail in issue order
         for (uint64_t id : dead) fail_op(n, id, PTL_NI_UNDELIVERABLE);
     }
