@@ -41,7 +41,7 @@ echo "== fuzzing the tcp wire input path for ${secs}s"
 cd "$out"
 rm -f crash-* leak-* timeout-* oom-*
 ASAN_OPTIONS=detect_leaks=1 ./wire_fuzz -max_total_time="$secs" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 corpus 2>&1 |
-  grep -E "^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written" || true
+  grep -E "^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|stat::peak_rss|ERROR|SUMMARY|Test unit written|^harness:|CHECK failed" || true
 # libFuzzer writes crash-*/leak-*/timeout-* files for a finding.
 found=""
 for f in crash-* leak-* timeout-* oom-*; do [ -e "$f" ] && found="$found $f"; done

@@ -247,4 +247,31 @@ TEST_F(TcpHostile, APutClaimingMoreThanTheMEHoldsNeverWritesPastIt) {
     EXPECT_EQ(std::string(mem + 32, 32), std::string(32, '.')) << "nothing after the ME";
 }
 
+// A tcp peer may claim any identity in its Hello, even ours. A get asking for its reply to
+// be written straight into "its" memory (kBulkReply, meant for the shm wire's cross-memory
+// attach) must then not make us write into our own memory wherever it points: bulk transfers
+// go through the wire the message came by, and tcp has none, so the get fails instead.
+TEST_F(TcpHostile, APeerClaimingOurIdentityCannotMakeUsWriteIntoOurOwnMemory) {
+    char secret[32];
+    std::memset(secret, 'S', sizeof secret);
+    ptl_me_t me = me_desc(secret, sizeof secret, PTL_ME_OP_GET, 5, 0);
+    ptl_handle_me_t meh;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &meh), PTL_OK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_LINK);
+    char victim[32];
+    std::memset(victim, '.', sizeof victim);
+    ptl::proto::Header h = put_header(sizeof secret);
+    h.op = ptl::proto::kGet;
+    h.flags = ptl::proto::kBulkReply;
+    const ptl::proto::Segment seg{reinterpret_cast<uint64_t>(victim), sizeof victim};
+    std::string payload;
+    append(payload, &seg, sizeof seg);
+    connect_raw();
+    send_raw(hello(self_.phys.nid, self_.phys.pid) + put_frame(h, payload));
+    const ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_GET);
+    EXPECT_NE(ev.ni_fail_type, PTL_NI_OK) << "no bulk path back over tcp";
+    EXPECT_EQ(std::string(victim, sizeof victim), std::string(sizeof victim, '.'));
+}
+
 }  // namespace

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -72,9 +73,13 @@ struct Target {
         entries.clear();
         for (ptl_pt_index_t pt = 0; pt < 4; ++pt) {
             ptl_pt_index_t got;
-            if (PtlPTFree(ni, pt) != PTL_OK ||
-                PtlPTAlloc(ni, pt == 3 ? PTL_PT_FLOWCTRL : 0, eq, pt, &got) != PTL_OK)
+            const int freed = PtlPTFree(ni, pt);
+            const int alloc = PtlPTAlloc(ni, pt == 3 ? PTL_PT_FLOWCTRL : 0, eq, pt, &got);
+            if (freed != PTL_OK || alloc != PTL_OK) {
+                std::fprintf(stderr, "harness: PT %u not reusable: PtlPTFree %d, PtlPTAlloc %d\n", pt, freed,
+                             alloc);
                 abort();
+            }
         }
         ptl_event_t ev;
         for (int rc = PTL_OK; rc == PTL_OK || rc == PTL_EQ_DROPPED;) rc = PtlEQGet(eq, &ev);

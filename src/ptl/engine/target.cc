@@ -248,7 +248,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         IovList local_iov;
         e->region.pieces(offset, len, local_iov);
         IovList r = remote_pieces(data, data_len, len);  // pull only mlength bytes
-        Wire *w = wire_for(m.from);
+        Wire *w = m.via;
         return len == 0 ||
                (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.data(), int(r.size())));
     };
@@ -269,7 +269,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
             IovList local_iov;
             e->region.pieces(offset, mlength, local_iov);
             IovList r = remote_pieces(data, data_len, mlength);
-            Wire *w = wire_for(m.from);
+            Wire *w = m.via;
             ok = mlength == 0 || (w && w->bulk_write(m.from, local_iov.data(), int(local_iov.size()),
                                                      r.data(), int(r.size())));
             reply_flags = proto::kDataWritten;

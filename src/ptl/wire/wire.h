@@ -18,8 +18,12 @@ struct PeerId {
 };
 
 struct PeerIdHash {
-    size_t operator()(const PeerId &p) const { return (uint64_t(p.nid) << 32 | p.pid) * 0x9e3779b97f4a7c15ull >> 16; }
+    size_t operator()(const PeerId &p) const {
+        return (uint64_t(p.nid) << 32 | p.pid) * 0x9e3779b97f4a7c15ull >> 16;
+    }
 };
+
+class Wire;
 
 // A received message: the header bytes and payload stay valid during the callback only.
 struct InMessage {
@@ -28,6 +32,11 @@ struct InMessage {
     size_t header_len;
     const void *payload;
     size_t payload_len;
+    // The wire it came through: bulk transfers a message asks for (rendezvous pulls, replies
+    // written into the initiator) go through this one only. `from` is what the sender claims;
+    // over tcp it could claim to be us, and the loopback wire's bulk path would then write
+    // into our own memory wherever the message says. Null: no bulk (injected input).
+    Wire *via = nullptr;
 };
 
 using MessageHandler = std::function<void(const InMessage &)>;

@@ -31,7 +31,7 @@ int LoopbackWire::progress(const MessageHandler &handler) {
         Msg m = std::move(queue_.front());
         queue_.pop_front();
         InMessage in{self_, m.bytes.data(), m.header_len, m.bytes.data() + m.header_len,
-                     m.bytes.size() - m.header_len};
+                     m.bytes.size() - m.header_len, this};
         handler(in);
         ++work;
     }

@@ -155,6 +155,7 @@ int ShmWire::progress(const MessageHandler &handler) {
         m.header_len = h->header_len;
         m.payload = reinterpret_cast<const char *>(h + 1) + h->header_len;
         m.payload_len = h->payload_len;
+        m.via = this;
         handler(m);
         rx_.release(h);
         ++work;

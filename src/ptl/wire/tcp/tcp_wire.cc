@@ -336,7 +336,7 @@ int TcpWire::on_in_event(Conn &c, const MessageHandler &handler) {
     FrameReader &rd = *c.reader;
     const auto deliver = [&](const void *h, size_t hl, const void *p, size_t pl) {
         // The Hello may have arrived in the same read as these frames.
-        InMessage m{{rd.peer_nid(), rd.peer_pid()}, h, hl, p, pl};
+        InMessage m{{rd.peer_nid(), rd.peer_pid()}, h, hl, p, pl, this};
         handler(m);
         ++work;
     };
