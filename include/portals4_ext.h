@@ -40,6 +40,12 @@ int PtlXNINotifyDrops(ptl_handle_ni_t ni, int enable);
  * flight (the UCT component's rendezvous sends, which wait for the peer to fetch). */
 int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer);
 
+/* Makes room for at least `count` events in `eq` (as if PtlEQAlloc had been given `count`),
+ * keeping the events queued in order; never shrinks it. For a client whose number of event
+ * sources grows while it runs (the UCT component's rendezvous sends). Returns PTL_OK,
+ * PTL_NO_SPACE beyond PtlEQAlloc's limit (2^26), PTL_ARG_INVALID, PTL_NO_INIT. */
+int PtlXEQGrow(ptl_handle_eq_t eq, ptl_size_t count);
+
 #ifdef __cplusplus
 }
 #endif

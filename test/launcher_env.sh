@@ -14,7 +14,7 @@ if [ -n "${SANITIZE_FLAGS:-}" ]; then
   MPI_SKIP_REASON="a sanitizer-built module cannot be preloaded into uninstrumented MPI programs"
 elif [ ! -f "$b/env.sh" ]; then
   MPI_SKIP_REASON="the UCT component is not built"
-elif [ ! -x "$b/test/integration/mpi/p2p_ring" ]; then
+elif [ ! -x "$b/test/integration/mpi/p2p" ]; then
   MPI_SKIP_REASON="the MPI programs are not built (apt-get install libopenmpi-dev)"
 else
   MPI_PROGRAMS="$b/test/integration/mpi"

@@ -20,8 +20,8 @@ if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
     . "$b/env.sh"
     export UCX_TLS=portals,self
     for n in 2 4; do
-      echo "== mpirun -n $n p2p_ring (Open MPI, pml ucx, UCX_TLS=$UCX_TLS)"
-      timeout 120 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS $OMPI_UCX_FLAGS -n $n "$MPI_PROGRAMS/p2p_ring" </dev/null
+      echo "== mpirun -n $n p2p (Open MPI, pml ucx, UCX_TLS=$UCX_TLS)"
+      timeout 120 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS $OMPI_UCX_FLAGS -n $n "$MPI_PROGRAMS/p2p" </dev/null
     done
   else
     echo "== MPI job over UCX_TLS=portals: skipped ($MPI_SKIP_REASON)"

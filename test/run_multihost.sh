@@ -81,7 +81,7 @@ if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
   "$rsh" "$1" "$ompi $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
   if [ -n "$MPI_PROGRAMS" ]; then
     echo "== mpirun across 2 hosts: MPI job over UCX_TLS=portals"
-    out=$( (. "$b/env.sh"; export UCX_TLS=portals,self; "$rsh" "$1" "$ompi $OMPI_UCX_FLAGS $MPI_PROGRAMS/p2p_ring" </dev/null) )
+    out=$( (. "$b/env.sh"; export UCX_TLS=portals,self; "$rsh" "$1" "$ompi $OMPI_UCX_FLAGS $MPI_PROGRAMS/p2p" </dev/null) )
     echo "$out"
     for h in "$1" "$2"; do
       [ "$(echo "$out" | grep -c " on $h: ok")" = 2 ] || { echo "run_multihost: expected 2 ranks ok on $h" >&2; exit 1; }

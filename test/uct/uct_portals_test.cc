@@ -794,6 +794,169 @@ TEST(UctPortals, TagCancelWithAndWithoutForce) {
         });
 }
 
+// A rendezvous writes nothing into a posted receive but its data: no byte past the message
+// changes (MPI forbids it), a receive smaller than the message reports truncation, and UCP
+// may post receives smaller than the announcement itself (it posts the small ones queued
+// before a large one). A forced cancel of a receive that matched a rendezvous reports the
+// whole announcement as unexpected.
+TEST(UctPortals, TagRendezvousWritesOnlyItsDataIntoAPostedReceive) {
+    constexpr size_t kSmall = 12, kCancelled = 100;
+    const char hdr[] = "ucp header";
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            c.send(s.address().data(), s.address().size());
+            std::vector<char> large(4096, 'G'), tiny(8, 'G'), cancelled(8, 'G'), marker(64, 0);
+            Posted p_large, p_tiny, p_cancelled, p_marker;
+            uct_iov_t i_large{large.data(), large.size(), nullptr, large.size(), 1};
+            uct_iov_t i_tiny{tiny.data(), 4, nullptr, 4, 1};
+            uct_iov_t i_cancelled{cancelled.data(), cancelled.size(), nullptr, cancelled.size(), 1};
+            uct_iov_t i_marker{marker.data(), marker.size(), nullptr, marker.size(), 1};
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 0x10, ~0ull, &i_large, 1, &p_large.ctx), UCS_OK);
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 0x11, ~0ull, &i_tiny, 1, &p_tiny.ctx), UCS_OK);
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 0x12, ~0ull, &i_cancelled, 1, &p_cancelled.ctx),
+                      UCS_OK);
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 0x13, ~0ull, &i_marker, 1, &p_marker.ctx), UCS_OK);
+            c.signal("posted");
+            // The marker is sent after the rendezvous to 0x12, so once it landed that
+            // announcement matched too; cancel its receive before progress reports it.
+            ASSERT_TRUE(landed(&marker[0], 'x'));
+            ASSERT_EQ(uct_iface_tag_recv_cancel(s.iface, &p_cancelled.ctx, 1), UCS_OK);
+            ASSERT_TRUE(
+                s.wait([&] { return p_large.completed && p_tiny.completed && rx.unexp.size() == 1; }));
+
+            EXPECT_EQ(p_large.status, UCS_OK);
+            EXPECT_EQ(p_large.length, kSmall);
+            EXPECT_EQ(first_mismatch(large.data(), kSmall, 30), kSmall);
+            EXPECT_EQ(std::count(large.begin() + kSmall, large.end(), 'G'), ptrdiff_t(large.size() - kSmall))
+                << "bytes past the message were written";
+            EXPECT_EQ(p_tiny.status, UCS_ERR_MESSAGE_TRUNCATED);
+            EXPECT_EQ(first_mismatch(tiny.data(), 4, 31), 4u);
+            EXPECT_EQ(std::string(tiny.begin() + 4, tiny.end()), "GGGG");
+
+            EXPECT_FALSE(p_cancelled.completed);
+            EXPECT_EQ(std::string(cancelled.begin(), cancelled.end()), "GGGGGGGG");
+            const TagRx::Unexp &u = rx.unexp[0];
+            EXPECT_TRUE(u.rndv);
+            EXPECT_EQ(u.tag, 0x12u);
+            EXPECT_EQ(std::string(u.data.begin(), u.data.end()), hdr);
+            EXPECT_EQ(u.length, kCancelled);
+            uct_ep_h ep = s.connect(c.recv());
+            uct_rkey_bundle_t rk;
+            ASSERT_EQ(uct_rkey_unpack(s.component, u.rkey.data(), &rk), UCS_OK);
+            std::vector<char> got(u.length);
+            uct_iov_t iov{got.data(), got.size(), nullptr, got.size(), 1};
+            Counted done;
+            ASSERT_EQ(uct_ep_get_zcopy(ep, &iov, 1, u.remote_addr, rk.rkey, &done.comp), UCS_INPROGRESS);
+            ASSERT_TRUE(s.wait([&] { return done.done == 1; }));
+            EXPECT_EQ(first_mismatch(got.data(), got.size(), 32), got.size());
+            uct_rkey_release(s.component, &rk);
+            ASSERT_TRUE(s.wait([&] { return p_marker.completed; }));
+            c.signal("fetched");
+            c.expect("bye");
+            uct_ep_destroy(ep);
+            s.close();
+        },
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            uct_ep_h ep = s.connect(c.recv());
+            std::vector<char> d_large(kSmall), d_tiny(kSmall), d_cancelled(kCancelled);
+            fill(d_large.data(), kSmall, 30);
+            fill(d_tiny.data(), kSmall, 31);
+            fill(d_cancelled.data(), kCancelled, 32);
+            std::deque<Counted> done(3);
+            // Registered, as UCP does: the receiver's software read goes through the memory
+            // handle, and the cancel below releases the rendezvous.
+            uct_mem_h mh;
+            ASSERT_EQ(uct_md_mem_reg(s.md, d_cancelled.data(), kCancelled, UCT_MD_MEM_ACCESS_ALL, &mh),
+                      UCS_OK);
+            uct_iov_t iovs[] = {{d_large.data(), kSmall, nullptr, kSmall, 1},
+                                {d_tiny.data(), kSmall, nullptr, kSmall, 1},
+                                {d_cancelled.data(), kCancelled, mh, kCancelled, 1}};
+            c.expect("posted");
+            void *ops[3];
+            for (int i = 0; i < 3; ++i) {
+                ops[i] =
+                    uct_ep_tag_rndv_zcopy(ep, 0x10 + i, hdr, sizeof hdr - 1, &iovs[i], 1, 0, &done[i].comp);
+                ASSERT_FALSE(UCS_PTR_IS_ERR(ops[i]));
+            }
+            ASSERT_EQ(uct_ep_tag_eager_short(ep, 0x13, "x", 1), UCS_OK);
+            c.send(s.address().data(), s.address().size());
+            ASSERT_TRUE(s.wait([&] { return done[0].done == 1 && done[1].done == 1; }));
+            c.expect("fetched");
+            EXPECT_EQ(uct_ep_tag_rndv_cancel(ep, ops[2]), UCS_OK);
+            c.signal("bye");
+            s.flush(ep);
+            EXPECT_EQ(done[2].done, 0);  // cancelled: no completion
+            uct_ep_destroy(ep);
+            EXPECT_EQ(uct_md_mem_dereg(s.md, mh), UCS_OK);
+            s.close();
+        });
+}
+
+// Rendezvous sends wait for their receiver, so they must not hold the send resources the
+// receiver's answers need (MPI ranks exchanging thousands of large messages deadlocked so):
+// thousands in flight on an iface with 4 send resources, other sends still go, and the
+// receiver gets every announcement (the sender's event queue grows with them).
+TEST(UctPortals, RendezvousSendsHoldNoSendResources) {
+    constexpr int kRndv = 3000;
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            c.send(s.address().data(), s.address().size());
+            ASSERT_TRUE(s.wait([&] { return rx.unexp.size() == kRndv + 1; })) << rx.unexp.size() << " arrived";
+            for (int i = 0; i < kRndv; ++i) {
+                EXPECT_TRUE(rx.unexp[size_t(i)].rndv);
+                EXPECT_EQ(rx.unexp[size_t(i)].tag, uct_tag_t(i));
+                EXPECT_EQ(rx.unexp[size_t(i)].length, size_t(i) + 1);
+            }
+            EXPECT_FALSE(rx.unexp.back().rndv);
+            c.signal("got them");
+            c.expect("bye");
+            s.close();
+        },
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            s.open({{"TX_QUEUE_LEN", "4"}, {"TX_DESCS", "4"}}, [&](uct_iface_params_t &p) {
+                p.field_mask |= UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB | UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG |
+                                UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB | UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_ARG;
+                p.eager_cb = unexp_eager;
+                p.eager_arg = &rx;
+                p.rndv_cb = unexp_rndv;
+                p.rndv_arg = &rx;
+            });
+            uct_ep_h ep = s.connect(c.recv());
+            std::vector<char> data(kRndv + 1, 'r');
+            uct_mem_h mh;
+            ASSERT_EQ(uct_md_mem_reg(s.md, data.data(), data.size(), UCT_MD_MEM_ACCESS_ALL, &mh), UCS_OK);
+            std::vector<void *> ops;
+            std::deque<Counted> done(kRndv);
+            const char hdr[] = "h";
+            for (int i = 0; i < kRndv; ++i) {
+                uct_iov_t iov{data.data(), size_t(i) + 1, mh, size_t(i) + 1, 1};
+                ops.push_back(uct_ep_tag_rndv_zcopy(ep, uct_tag_t(i), hdr, 1, &iov, 1, 0, &done[size_t(i)].comp));
+                ASSERT_FALSE(UCS_PTR_IS_ERR(ops.back())) << "rendezvous " << i;
+                if (i % 256 == 0) s.progress();  // acknowledgements come back meanwhile
+            }
+            ASSERT_TRUE(s.wait([&] { return uct_ep_tag_eager_short(ep, kRndv, "e", 1) == UCS_OK; }))
+                << "an eager send found no resources with rendezvous sends in flight";
+            c.expect("got them");
+            for (void *op : ops) EXPECT_EQ(uct_ep_tag_rndv_cancel(ep, op), UCS_OK);
+            s.flush(ep);
+            c.signal("bye");
+            uct_ep_destroy(ep);
+            EXPECT_EQ(uct_md_mem_dereg(s.md, mh), UCS_OK);
+            s.close();
+        });
+}
+
 namespace {
 
 struct Resend {

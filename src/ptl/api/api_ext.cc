@@ -23,6 +23,11 @@ PTL_API int PtlXNINotifyDrops(ptl_handle_ni_t ni, int enable) {
     return engine().set_notify_drops(ni, enable != 0);
 }
 
+PTL_API int PtlXEQGrow(ptl_handle_eq_t eq, ptl_size_t count) {
+    REQUIRE_INIT();
+    return engine().eq_grow(eq, count);
+}
+
 PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
     REQUIRE_INIT();
     return engine().peer_alive(ni, peer);

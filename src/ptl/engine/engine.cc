@@ -542,7 +542,7 @@ int Engine::eq_alloc(ptl_handle_ni_t h, ptl_size_t count, ptl_handle_eq_t *out) 
     Lock lk(mu_);
     Ni *n = ni_of(h);
     if (!n || !out || count == 0) return PTL_ARG_INVALID;
-    if (count > (ptl_size_t(1) << 26)) return PTL_NO_SPACE;
+    if (count > kMaxEqEvents) return PTL_NO_SPACE;
     // Each flow-controlled PT attached later adds its own slot for PT_DISABLED (EQ4).
     auto eq = std::make_unique<Eq>(count);
     eq->ni = n;
@@ -784,6 +784,15 @@ int Engine::app_progress() {
                            std::memory_order_relaxed);
     Lock lk(mu_);
     return progress_locked();
+}
+
+int Engine::eq_grow(ptl_handle_eq_t h, ptl_size_t count) {
+    Lock lk(mu_);
+    Eq *e = eq_of(h);
+    if (!e) return PTL_ARG_INVALID;
+    if (count > kMaxEqEvents) return PTL_NO_SPACE;
+    e->grow(count);
+    return PTL_OK;
 }
 
 int Engine::eq_arm(ptl_handle_eq_t h, int fd) {

@@ -12,6 +12,8 @@ namespace ptl {
 
 class Ni;
 
+constexpr uint64_t kMaxEqEvents = uint64_t(1) << 26;  // PtlEQAlloc and PtlXEQGrow refuse more
+
 struct Eq {
     Ni *ni = nullptr;
     uint32_t handle = 0;
@@ -24,7 +26,7 @@ struct Eq {
     uint32_t refs = 0;      // blocked callers still inside (PtlEQFree waits for them)
     int notify_fd = -1;     // one-shot wake-up armed by PtlXEQArm (portals4_ext.h)
 
-    const uint64_t requested;  // the count given to PtlEQAlloc
+    uint64_t requested;  // the count given to PtlEQAlloc (or PtlXEQGrow)
 
     explicit Eq(uint64_t capacity) : ring(capacity), requested(capacity) {}
 
@@ -36,6 +38,12 @@ struct Eq {
         for (uint64_t i = 0; i < count; ++i) r[i] = ring[(head + i) % ring.size()];
         ring.swap(r);
         head = 0;
+    }
+
+    void grow(uint64_t capacity) {
+        if (capacity <= requested) return;
+        requested = capacity;
+        fit_reserved();
     }
 
     // Room for a flow-controlled event (one that must not overwrite).

@@ -40,8 +40,10 @@ void release_objects(Iface &f) {
     f.tag_rx.cleanup();
     for (const auto &[ctx, tag] : f.posted) PtlMEUnlink(tag_recv(ctx)->me);
     f.posted.clear();
-    for (Op &op : f.ops)
-        if (op.type == OpType::Rndv && op.src_me != PTL_INVALID_HANDLE) PtlMEUnlink(op.src_me);
+    f.for_each_op([](Op &op) {
+        for (ptl_handle_me_t h : {op.src_me, op.announce_me})
+            if (op.type == OpType::Rndv && h != PTL_INVALID_HANDLE) PtlMEUnlink(h);
+    });
     if (f.tx_pool_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.tx_pool_me);
     if (f.probe_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.probe_me);
     for (ptl_pt_index_t *pt : {&f.am_pt, &f.tag_pt, &f.ctl_pt}) {
@@ -86,7 +88,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     // without UCP_FEATURE_TAG).
     f->tag_offload =
         !(params->field_mask & UCT_IFACE_PARAM_FIELD_FEATURES) || (params->features & UCT_IFACE_FEATURE_TAG);
-    f->rndv_max_hdr = cfg->rndv_max_hdr;
+    f->rndv_max_hdr =
+        std::min({cfg->rndv_max_hdr, f->seg_size - std::min(f->seg_size, sizeof(RndvInfo)), kMaxRndvHeader});
     f->tm_list_size = cfg->tm_list_size;
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
@@ -113,6 +116,7 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
         f->max_volatile = lim.max_volatile_size;
     }
     if (rc == PTL_OK) rc = PtlEQAlloc(f->ni, eq_size, &f->eq);
+    f->eq_base_size = f->eq_size = eq_size;
     if (rc == PTL_OK) {
         ptl_md_t d = whole_memory_md(f->eq, 0);
         rc = PtlMDBind(f->ni, &d, &f->md);
@@ -127,7 +131,11 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     if (rc == PTL_OK) rc = f->tag_rx.init(f->ni, f->tag_pt, rx_descs, f->seg_size, rx_layout, "tagged");
     if (rc == PTL_OK) {
         f->tx_stride = (f->seg_size + 63) & ~size_t(63);
-        if (posix_memalign(reinterpret_cast<void **>(&f->tx_buf), 64, f->tx_stride * tx_descs)) {
+        if (f->tx_stride * tx_descs > kMaxTxPoolBytes) {
+            ucs_error("portals: TX_DESCS x SEG_SIZE (%u x %zu) exceeds %llu bytes", tx_descs, f->tx_stride,
+                      (unsigned long long)kMaxTxPoolBytes);
+            rc = PTL_ARG_INVALID;
+        } else if (posix_memalign(reinterpret_cast<void **>(&f->tx_buf), 64, f->tx_stride * tx_descs)) {
             f->tx_buf = nullptr;
             rc = PTL_NO_SPACE;
         }
@@ -228,7 +236,7 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.tag.eager.max_zcopy = seg;
     attr->cap.tag.eager.max_iov = kMaxIov;
     attr->cap.tag.rndv.max_zcopy = size_t(1) << 30;  // like IB; UCP reads larger ones in software
-    attr->cap.tag.rndv.max_hdr = std::min(f->rndv_max_hdr, seg - sizeof(RndvInfo));
+    attr->cap.tag.rndv.max_hdr = f->rndv_max_hdr;
     attr->cap.tag.rndv.max_iov = 1;
 
     const uint64_t ops = UCS_BIT(UCT_ATOMIC_OP_ADD) | UCS_BIT(UCT_ATOMIC_OP_AND) | UCS_BIT(UCT_ATOMIC_OP_OR) |
@@ -320,11 +328,9 @@ extern "C" void uct_portals_iface_progress_disable(uct_iface_h tl_iface, unsigne
 // ---------------------------------------------------------------------------------------
 // Operations in flight
 
-Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
-    Op *op = free_ops;
-    if (!op || (ep && ep->blocked_by_pending())) return nullptr;
-    free_ops = op->next_free;
-    ++ops_in_flight;
+namespace {
+
+Op *start_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp) {
     *op = Op{};
     op->type = t;
     op->ep = ep;
@@ -333,6 +339,46 @@ Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
         op->seq = ep->next_seq++;
         ep->in_flight.insert(op->seq);
     }
+    return op;
+}
+
+}  // namespace
+
+Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
+    Op *op = free_ops;
+    if (!op || (ep && ep->blocked_by_pending())) return nullptr;
+    free_ops = op->next_free;
+    ++ops_in_flight;
+    return start_op(op, ep, t, comp);
+}
+
+Op *Iface::get_rndv_op(Ep *ep, uct_completion_t *comp) {
+    if (ep->blocked_by_pending()) return nullptr;
+    if (!free_rndv_ops) {
+        // A rendezvous has up to three events (ACK, the GET of its data, a failed GET of its
+        // announcement); the EQ grows with the slots, in steps.
+        constexpr ptl_size_t kEventsPerRndv = 3, kStep = 1024;
+        const ptl_size_t need = eq_base_size + kEventsPerRndv * (rndv_slots.size() + 1);
+        if (need > eq_size) {
+            const int rc = PtlXEQGrow(eq, need + kEventsPerRndv * kStep);
+            if (rc != PTL_OK) {
+                ucs_error("portals: cannot grow the event queue to %lu events for %zu rendezvous sends: %d",
+                          (unsigned long)need, rndv_slots.size() + 1, rc);
+                return nullptr;
+            }
+            eq_size = need + kEventsPerRndv * kStep;
+        }
+        RndvSlot &slot = rndv_slots.emplace_back();
+        slot.announcement = std::make_unique<char[]>(sizeof(RndvInfo) + rndv_max_hdr);
+        slot.op.announcement = slot.announcement.get();
+        free_rndv_ops = &slot.op;
+    }
+    Op *op = free_rndv_ops;
+    free_rndv_ops = op->next_free;
+    ++ops_in_flight;
+    char *const announcement = op->announcement;  // the slot's, for good
+    start_op(op, ep, OpType::Rndv, comp);
+    op->announcement = announcement;
     return op;
 }
 
@@ -345,10 +391,13 @@ void Iface::put_op(Op *op) {
         tx_owner[size_t(op->tx_desc)] = nullptr;
         tx_free.push_back(op->tx_desc);
     }
+    if (op->announce_me != PTL_INVALID_HANDLE)
+        PtlMEUnlink(std::exchange(op->announce_me, PTL_INVALID_HANDLE));
     op->ep = nullptr;
     op->comp = nullptr;
-    op->next_free = free_ops;
-    free_ops = op;
+    Op *&free_list = op->type == OpType::Rndv ? free_rndv_ops : free_ops;
+    op->next_free = free_list;
+    free_list = op;
     --ops_in_flight;
 }
 
@@ -369,13 +418,13 @@ void Iface::complete_flushes(Ep *ep) {
 }
 
 void Iface::cancel_ops(Ep *ep) {
-    for (Op &op : ops) {
-        if (op.ep != ep) continue;
+    for_each_op([ep](Op &op) {
+        if (op.ep != ep) return;
         ep->in_flight.erase(op.seq);
         op.ep = nullptr;
         if (uct_completion_t *comp = std::exchange(op.comp, nullptr))
             uct_invoke_completion(comp, UCS_ERR_CANCELED);
-    }
+    });
 }
 
 // The handler (UCP's peer-failure mode) runs from progress, outside the event loop, so it

@@ -19,6 +19,7 @@ extern "C" {
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <set>
 #include <unordered_map>
 #include <vector>
@@ -30,27 +31,49 @@ namespace uct_portals {
 
 // The remote offset of a message to a receive portal carries what the receiver needs to
 // fetch it if it was truncated (receive descriptors place data at locally managed offsets,
-// so the field is otherwise unused): [kind:4][sender ctl portal:8][offset in the sender's
-// send-buffer pool:52].
+// so the field is otherwise unused): [kind:4][sender ctl portal:8][length to fetch:16]
+// [offset in the sender's send-buffer pool:36]. A rendezvous' announcement is put with zero
+// bytes and fetched by its key (see tag.cc); the length is its; other messages' is rlength.
 enum class MsgKind : uint8_t { Am = 1, TagEager = 2, TagRndv = 3, TagRndvRequest = 4 };
 
 struct MsgInfo {
     MsgKind kind;
     uint8_t src_pt;
     uint64_t src_offset;
+    uint16_t fetch_length = 0;
 };
 
+constexpr unsigned kMsgOffsetBits = 36;
+constexpr uint64_t kMaxTxPoolBytes = 1ull << kMsgOffsetBits;
+
 inline uint64_t encode_msg(const MsgInfo &m) {
-    return (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) | (m.src_offset & ((1ull << 52) - 1));
+    return (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) |
+           (uint64_t(m.fetch_length) << kMsgOffsetBits) | (m.src_offset & (kMaxTxPoolBytes - 1));
 }
 inline MsgInfo decode_msg(uint64_t v) {
-    return {MsgKind(v >> 60), uint8_t(v >> 52), v & ((1ull << 52) - 1)};
+    return {MsgKind(v >> 60), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1), uint16_t(v >> kMsgOffsetBits)};
+}
+
+// A rendezvous' header data: [data length:32][key:32]. The key names the sender's ME for
+// the data (kRndvBits | key); the length lets a posted receive fetch it without reading the
+// announcement (which a receive smaller than it could not hold).
+constexpr uint64_t kMaxRndvLength = (1ull << 32) - 1;
+inline uint64_t rndv_hdr_data(uint64_t length, uint32_t key) {
+    return (length << 32) | key;
+}
+constexpr size_t kMaxRndvHeader = 0xffff - 64;  // announcement = RndvInfo + header < 64 KiB
+inline uint32_t rndv_key(uint64_t hdr_data) {
+    return uint32_t(hdr_data);
+}
+inline uint64_t rndv_length(uint64_t hdr_data) {
+    return hdr_data >> 32;
 }
 
 // Match bits on the ctl portal.
-constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;  // the send-buffer pool
-constexpr ptl_match_bits_t kRndvBits = 1ull << 62;    // one rendezvous' data, | key
-constexpr ptl_match_bits_t kProbeBits = 1ull << 61;   // zero bytes, for RMA without an rkey
+constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;    // the send-buffer pool
+constexpr ptl_match_bits_t kRndvBits = 1ull << 62;      // one rendezvous' data, | key
+constexpr ptl_match_bits_t kProbeBits = 1ull << 61;     // zero bytes, for RMA without an rkey
+constexpr ptl_match_bits_t kAnnounceBits = 1ull << 60;  // one rendezvous' announcement, | key
 
 // A remote region; nullptr for the null and invalid rkeys. Those name no memory, so only a
 // zero-length put or get may use them: it goes to the peer's probe entry, and so still
@@ -98,8 +121,9 @@ struct Op {
     // sends the target may fetch (truncated at a receiver without a free descriptor)
     int tx_desc = -1;
     bool acked = false, truncated = false, fetched_by_peer = false;
-    // rendezvous: the ME exposing the data
-    ptl_handle_me_t src_me = PTL_INVALID_HANDLE;
+    // rendezvous: the MEs exposing the data and the announcement (RndvInfo + header)
+    ptl_handle_me_t src_me = PTL_INVALID_HANDLE, announce_me = PTL_INVALID_HANDLE;
+    char *announcement = nullptr;
     bool cancelled = false;  // rendezvous cancelled while its GET was on its way
     // get_bcopy lands here first
     char *bounce = nullptr;
@@ -163,7 +187,7 @@ struct Iface {
     uct_portals_iface_t *uct = nullptr;
     // configuration
     size_t seg_size = 0;
-    size_t rndv_max_hdr = 0;
+    size_t rndv_max_hdr = 0;  // as advertised: the configured one within what fits
     bool tag_offload = true;
     unsigned tm_list_size = 0;
     double latency = 0, bandwidth = 0;
@@ -171,6 +195,7 @@ struct Iface {
     ptl_handle_ni_t ni = PTL_INVALID_HANDLE;
     ptl_process_t self{};
     ptl_handle_eq_t eq = PTL_INVALID_HANDLE;
+    ptl_size_t eq_base_size = 0, eq_size = 0;  // eq_size grows with the rendezvous slots (get_rndv_op)
     ptl_handle_md_t md_volatile = PTL_INVALID_HANDLE;  // sources copied at the call (<= max_volatile)
     ptl_handle_md_t md = PTL_INVALID_HANDLE;           // everything else
     ptl_size_t max_volatile = 0;
@@ -194,6 +219,14 @@ struct Iface {
     ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
     std::vector<Op> ops;
     Op *free_ops = nullptr;
+    // A rendezvous send waits for its receiver, whose answer may need our send resources, so
+    // it holds none: its operation and announcement come from a pool that grows.
+    struct RndvSlot {
+        Op op;
+        std::unique_ptr<char[]> announcement;
+    };
+    std::deque<RndvSlot> rndv_slots;
+    Op *free_rndv_ops = nullptr;
     unsigned ops_in_flight = 0;
     uint64_t next_rndv_key = 1;
     std::deque<Ep *> pending_eps;                          // eps with pending requests, served round robin
@@ -205,6 +238,7 @@ struct Iface {
 
     // ops
     Op *get_op(Ep *ep, OpType t, uct_completion_t *comp);
+    Op *get_rndv_op(Ep *ep, uct_completion_t *comp);  // nullptr while ep has pending requests, or no EQ room
     void complete_op(Op *op, ucs_status_t status);
     int get_tx_desc(const Ep *ep) {
         if (tx_free.empty() || ep->blocked_by_pending()) return -1;
@@ -215,6 +249,11 @@ struct Iface {
     char *tx_desc_addr(int d) const { return tx_buf + size_t(d) * tx_stride; }
     bool has_tx_resources() const { return free_ops != nullptr && !tx_free.empty(); }
     // Posted, or matched or cancelled without its completion reported yet.
+    template <class F>
+    void for_each_op(F &&f) {
+        for (Op &op : ops) f(op);
+        for (RndvSlot &slot : rndv_slots) f(slot.op);
+    }
     bool tag_context_in_use(const uct_tag_context_t *ctx) const {
         if (posted.count(const_cast<uct_tag_context_t *>(ctx))) return true;
         for (const RxEvent &r : rx_fifo)

@@ -89,14 +89,14 @@ void Iface::check_peers() {
 // The sends waiting for the peer to fetch them complete now; the error handler runs from
 // progress (report_failed_eps).
 void Iface::fail_ep(Ep *ep, ucs_status_t status) {
-    for (Op &op : ops) {
-        if (op.ep != ep || !op.acked || (op.type != OpType::Rndv && op.type != OpType::Send)) continue;
+    for_each_op([&](Op &op) {
+        if (op.ep != ep || !op.acked || (op.type != OpType::Rndv && op.type != OpType::Send)) return;
         // A rendezvous whose data was fetched after all (its ME already gone) completes by
         // its GET event, which may still be on its way.
         if (op.type == OpType::Rndv && PtlMEUnlink(std::exchange(op.src_me, PTL_INVALID_HANDLE)) != PTL_OK)
-            continue;
+            return;
         complete_op(&op, status);
-    }
+    });
     mark_failed(ep, status);
 }
 
@@ -194,28 +194,34 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         return;
     }
     RxPool &pool = ev.pt_index == am_pt ? am_rx : tag_rx;
-    if (pool.is_catch_all(ev.user_ptr)) {
-        r.ready = false;
-        fetch_truncated(r);
-        return;
+    if (!pool.is_catch_all(ev.user_ptr)) {
+        r.buf = pool.take(ev);
+        if (r.msg.kind != MsgKind::TagRndv) return;
+        // A rendezvous' zero-byte announcement took a descriptor; its body is fetched.
+        RxPool::release_buf(std::exchange(r.buf, RecvBuf{}));
     }
-    r.buf = pool.take(ev);
+    r.ready = false;
+    fetch_truncated(r);
 }
 
 // The message met the catch-all: read it from the sender's send buffer, where it stays until
 // we have it.
 void Iface::fetch_truncated(RxEvent &r) {
     ++truncated_fetches;
-    r.buf = (r.ev.pt_index == am_pt ? am_rx : tag_rx).alloc_fetched(r.ev.rlength);
+    const size_t length = r.msg.kind == MsgKind::TagRndv ? r.msg.fetch_length : r.ev.rlength;
+    r.buf = (r.ev.pt_index == am_pt ? am_rx : tag_rx).alloc_fetched(length);
     Op *op = new_fetch_op();
     op->rx = &r;
     int rc = r.buf.data ? PTL_OK : PTL_NO_SPACE;
     if (rc == PTL_OK)
-        rc = PtlGet(md, reinterpret_cast<uintptr_t>(r.buf.data), r.ev.rlength, r.ev.initiator, r.msg.src_pt,
-                    kTxPoolBits, r.msg.src_offset, op);
+        rc = r.msg.kind == MsgKind::TagRndv
+                 ? PtlGet(md, reinterpret_cast<uintptr_t>(r.buf.data), length, r.ev.initiator, r.msg.src_pt,
+                          kAnnounceBits | rndv_key(r.ev.hdr_data), 0, op)
+                 : PtlGet(md, reinterpret_cast<uintptr_t>(r.buf.data), length, r.ev.initiator, r.msg.src_pt,
+                          kTxPoolBits, r.msg.src_offset, op);
     if (rc != PTL_OK) {
-        ucs_error("portals: cannot fetch a %lu-byte message from nid 0x%x pid %u: %d",
-                  (unsigned long)r.ev.rlength, r.ev.initiator.phys.nid, r.ev.initiator.phys.pid, rc);
+        ucs_error("portals: cannot fetch a %zu-byte message from nid 0x%x pid %u: %d", length,
+                  r.ev.initiator.phys.nid, r.ev.initiator.phys.pid, rc);
         delete op;
         RxPool::release_buf(r.buf);
         r.buf = RecvBuf{};
@@ -306,24 +312,21 @@ void Iface::deliver_expected(RxEvent &r) {
     }
 }
 
-// The rendezvous announcement landed in the posted buffer: read its length, then get the
-// data over it from the sender's rendezvous ME (whose GET event completes the send).
+// A rendezvous matched a posted receive: get the data into it from the sender's rendezvous
+// ME (whose GET event completes the send). The announcement's header data names the ME and
+// the length; nothing was written into the receive buffer.
 void Iface::start_rndv_get(RxEvent &r) {
     const ptl_event_t &ev = r.ev;
     TagRecv *t = tag_recv(r.ctx);
-    RndvInfo info{};
-    if (ev.mlength >= sizeof info)
-        std::memcpy(&info, t->buffer, sizeof info);
-    else
-        info.length = t->length;
+    const uint64_t data_length = rndv_length(ev.hdr_data);
     Op *op = new_fetch_op();
     op->ctx = r.ctx;
     op->operand = ev.match_bits;
-    op->rndv_status = info.length > t->length ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
+    op->rndv_status = data_length > t->length ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK;
     t->state = kTagFetching;
-    const size_t len = std::min<uint64_t>(info.length, t->length);
+    const size_t len = std::min<uint64_t>(data_length, t->length);
     const int rc = PtlGet(md, reinterpret_cast<uintptr_t>(t->buffer), len, ev.initiator, r.msg.src_pt,
-                          kRndvBits | ev.hdr_data, 0, op);
+                          kRndvBits | rndv_key(ev.hdr_data), 0, op);
     if (rc != PTL_OK) {
         delete op;
         r.ctx->completed_cb(r.ctx, ev.match_bits, 0, 0, nullptr, status_of(rc));

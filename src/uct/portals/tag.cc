@@ -1,8 +1,9 @@
 // Tag offload (DESIGN: UCT mapping). Posted receives are use-once MEs on the tag portal's
 // priority list (match bits = tag, ignore bits = ~mask); eager messages are puts with the tag
-// as match bits and imm as header data; a rendezvous announces itself with a put and exposes
-// its data through a use-once GET ME on the sender's ctl portal, which the receiver reads
-// when the announcement matches a posted receive (its GET event completes the send).
+// as match bits and imm as header data; a rendezvous announces itself with a zero-byte put
+// and exposes its data through a use-once GET ME on the sender's ctl portal, which the
+// receiver reads when the announcement matches a posted receive (its GET event completes the
+// send); a receiver without one fetches the announcement (RndvInfo + UCP's header).
 #include "iface_impl.h"
 
 extern "C" {
@@ -10,6 +11,7 @@ extern "C" {
 }
 
 #include <cstring>
+#include <utility>
 
 using namespace uct_portals;
 
@@ -79,32 +81,46 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
         ucs_error("portals: tag_rndv_zcopy: iovcnt %zu > 1", iovcnt);
         return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
     }
-    if (header_length + sizeof(RndvInfo) > f->seg_size) return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
-    if (!f->can_send(ep)) return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
+    if (header_length > f->rndv_max_hdr) {
+        ucs_error("portals: tag_rndv_zcopy header of %u bytes exceeds %zu", header_length, f->rndv_max_hdr);
+        return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
+    }
     const uct_iov_t empty{};
     const uct_iov_t *v = iovcnt ? iov : &empty;
     const size_t length = iovcnt ? uct_iov_get_length(v) : 0;
-    const uint64_t key = f->next_rndv_key++ & ~(kTxPoolBits | kRndvBits);
-
-    const int d = f->get_tx_desc(ep);
-    Op *op = f->get_op(ep, OpType::Rndv, comp);
-    op->tx_desc = d;
-    op->length = sizeof(RndvInfo) + header_length;
-    f->tx_owner[size_t(d)] = op;
-
-    const ptl_me_t me =
-        make_me(v->buffer, length, PTL_ME_OP_GET | PTL_ME_USE_ONCE, kRndvBits | key, 0, ep->peer);
-    int rc = PtlMEAppend(f->ni, f->ctl_pt, &me, PTL_PRIORITY_LIST, op, &op->src_me);
-    if (rc == PTL_OK) {
-        RndvInfo info{length, reinterpret_cast<uintptr_t>(v->buffer), rkey_for(f, v, key)};
-        char *p = f->tx_desc_addr(d);
-        std::memcpy(p, &info, sizeof info);
-        if (header_length) std::memcpy(p + sizeof info, header, header_length);
-        const MsgInfo m{MsgKind::TagRndv, uint8_t(f->ctl_pt), uint64_t(d) * f->tx_stride};
-        rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(p), op->length, PTL_ACK_REQ, ep->peer, ep->tag_pt, tag,
-                    encode_msg(m), op, key);
-        if (rc != PTL_OK) PtlMEUnlink(op->src_me);
+    if (length > kMaxRndvLength) {
+        ucs_error("portals: tag_rndv_zcopy of %zu bytes exceeds %llu", length,
+                  (unsigned long long)kMaxRndvLength);
+        return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
     }
+    Op *op = f->get_rndv_op(ep, comp);
+    if (!op) return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
+    const uint32_t key = uint32_t(f->next_rndv_key++);
+    RndvInfo info{length, reinterpret_cast<uintptr_t>(v->buffer), rkey_for(f, v, key)};
+    std::memcpy(op->announcement, &info, sizeof info);
+    if (header_length) std::memcpy(op->announcement + sizeof info, header, header_length);
+    const size_t announcement_length = sizeof info + header_length;
+
+    const ptl_me_t data_me =
+        make_me(v->buffer, length, PTL_ME_OP_GET | PTL_ME_USE_ONCE, kRndvBits | key, 0, ep->peer);
+    // Read only by a receiver without a matching posted receive; no events (no user_ptr).
+    const ptl_me_t announce_me =
+        make_me(op->announcement, announcement_length, PTL_ME_OP_GET | PTL_ME_EVENT_SUCCESS_DISABLE,
+                kAnnounceBits | key, 0, ep->peer);
+    int rc = PtlMEAppend(f->ni, f->ctl_pt, &data_me, PTL_PRIORITY_LIST, op, &op->src_me);
+    if (rc == PTL_OK)
+        rc = PtlMEAppend(f->ni, f->ctl_pt, &announce_me, PTL_PRIORITY_LIST, nullptr, &op->announce_me);
+    if (rc == PTL_OK) {
+        // The announcement itself is put with zero bytes: a posted receive gets nothing but the
+        // data (it may be smaller than the announcement, and MPI forbids writing past the
+        // message); a receiver without one fetches the announcement, which stays until the
+        // data was read or UCP cancels the rendezvous.
+        const MsgInfo m{MsgKind::TagRndv, uint8_t(f->ctl_pt), 0, uint16_t(announcement_length)};
+        rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(op->announcement), 0, PTL_ACK_REQ, ep->peer,
+                    ep->tag_pt, tag, encode_msg(m), op, rndv_hdr_data(length, key));
+    }
+    if (rc != PTL_OK && op->src_me != PTL_INVALID_HANDLE)
+        PtlMEUnlink(std::exchange(op->src_me, PTL_INVALID_HANDLE));
     if (rc != PTL_OK) {
         f->put_op(op);
         return UCS_STATUS_PTR(status_of(rc));
@@ -174,13 +190,21 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     f->drain_eq();
     for (RxEvent &r : f->rx_fifo) {
         if (r.ctx != ctx || r.unexpected) continue;
-        RecvBuf b = f->tag_rx.alloc_fetched(r.buf.length);
-        if (!b.data) return UCS_ERR_NO_MEMORY;
-        if (r.buf.length) std::memcpy(b.data, r.buf.data, r.buf.length);
-        r.buf = b;
+        // A rendezvous left nothing in the buffer: its announcement is fetched from the sender.
+        const bool fetch = r.msg.kind == MsgKind::TagRndv;
+        if (!fetch) {
+            RecvBuf b = f->tag_rx.alloc_fetched(r.buf.length);
+            if (!b.data) return UCS_ERR_NO_MEMORY;
+            if (r.buf.length) std::memcpy(b.data, r.buf.data, r.buf.length);
+            r.buf = b;
+        }
         r.unexpected = true;
         r.ctx = nullptr;
         t->state = kTagCancelled;
+        if (fetch) {
+            r.ready = false;
+            f->fetch_truncated(r);
+        }
         return UCS_OK;
     }
     // Already reported as consumed (a rendezvous being fetched): drop its completion.
