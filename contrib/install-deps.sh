@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages portals-ucx needs to build, test and benchmark.
 # Runs apt-get only when something is missing; needs root (or sudo) then.
 set -e
-pkgs="build-essential autoconf automake libtool pkg-config libgtest-dev libhwloc-dev ucx-utils libucx-dev clang dpkg-dev patch iproute2 libpmix-dev openmpi-bin libopenmpi-dev mpich"
+pkgs="build-essential autoconf automake libtool pkg-config libgtest-dev libhwloc-dev ucx-utils libucx-dev clang dpkg-dev patch iproute2 libpmix-dev openmpi-bin libopenmpi-dev mpich libmpich-dev"
 # UCX's own build (its gtest suite, contrib/ucx-gtest.sh; contrib/build-ucx-native.sh) with the
 # installed UCX's configure flags needs Debian's build dependencies of ucx.
 pkgs="$pkgs libibverbs-dev librdmacm-dev libnuma-dev libfuse3-dev"

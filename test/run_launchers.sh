@@ -1,8 +1,8 @@
 #!/bin/sh
 # The runtime under the launchers HPC sites use, on this host: the multi-process suite started
 # by Open MPI's mpirun (PMIx) and by MPICH's Hydra (PMI-1), 2 and 4 ranks, each rank checking
-# it was launched through the expected one; and an MPI job (Open MPI, pml ucx) over
-# UCX_TLS=portals. A launcher that is not installed is skipped with a message; 77 if none is.
+# it was launched through the expected one (MPI jobs: run_integration.sh). A launcher that is
+# not installed is skipped with a message; 77 if none is.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 b=${abs_top_builddir:-$top}
@@ -16,16 +16,6 @@ if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
     PTL_TEST_EXPECT_LAUNCHER=pmix timeout 120 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS -n $n "$mp" --gtest_filter=-Job.EarlyExit* --gtest_brief=1 </dev/null
     timeout 60 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS -n $n "$mp" --gtest_filter=Job.EarlyExit* --gtest_brief=1 </dev/null
   done
-  if [ -n "$MPI_PROGRAMS" ]; then
-    . "$b/env.sh"
-    export UCX_TLS=portals,self
-    for n in 2 4; do
-      echo "== mpirun -n $n p2p (Open MPI, pml ucx, UCX_TLS=$UCX_TLS)"
-      timeout 120 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS $OMPI_UCX_FLAGS -n $n "$MPI_PROGRAMS/p2p" </dev/null
-    done
-  else
-    echo "== MPI job over UCX_TLS=portals: skipped ($MPI_SKIP_REASON)"
-  fi
   ran=1
 else
   echo "== mpirun (Open MPI) not installed: skipped (apt-get install openmpi-bin)"

@@ -8,8 +8,8 @@
 #      then a peer whose host goes silent (link cut), noticed within PTL_TCP_TIMEOUT_MS
 #   3. ucx_perftest over UCX_TLS=portals between two hosts (UCT active messages, UCP tags)
 #   4. launchers across hosts: Open MPI's mpirun (PMIx) and Hydra (PMI-1) start ranks on two
-#      hosts through contrib/netns-rsh.sh; the multi-process suite, and an MPI job (pml ucx
-#      over UCX_TLS=portals) with ranks on both hosts
+#      hosts through contrib/netns-rsh.sh; the multi-process suite, and the MPI and OpenSHMEM
+#      programs of run_integration.sh over UCX_TLS=portals with 2 ranks on each host
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 b=${abs_top_builddir:-$top}
@@ -71,23 +71,48 @@ fi
 # they would through ssh; ranks alternate between the hosts.
 rsh="$top/contrib/netns-rsh.sh"
 . "$top/test/launcher_env.sh"
+hostfile=$(mktemp) stats=$(mktemp)
+trap 'rm -f "$hostfile" "$stats"' EXIT
+host1=$1 host2=$2
+# Runs a command with the UCT component preloaded and UCX_TLS=portals,self.
+on_portals() {
+  (. "$b/env.sh" && export UCX_TLS=portals,self && "$@")
+}
+# The job's output must show two ranks that passed on each host.
+two_ranks_per_host() {
+  echo "$1"
+  for h in "$host1" "$host2"; do
+    [ "$(echo "$1" | grep -c " on $h: ok")" = 2 ] || { echo "run_multihost: expected 2 ranks ok on $h" >&2; exit 1; }
+  done
+}
 if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
-  hostfile=$(mktemp)
-  trap 'rm -f "$hostfile"' EXIT
   printf '%s slots=2\n%s slots=2\n' "$1" "$2" > "$hostfile"
   ompi="timeout 120 $OMPI_MPIRUN --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
   echo "== mpirun across 2 hosts: mp_tests (PMIx)"
   "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmix $ompi -x PTL_TEST_EXPECT_LAUNCHER $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
   "$rsh" "$1" "$ompi $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
   if [ -n "$MPI_PROGRAMS" ]; then
-    echo "== mpirun across 2 hosts: MPI job over UCX_TLS=portals"
-    out=$( (. "$b/env.sh"; export UCX_TLS=portals,self; "$rsh" "$1" "$ompi $OMPI_UCX_FLAGS $MPI_PROGRAMS/p2p" </dev/null) )
-    echo "$out"
-    for h in "$1" "$2"; do
-      [ "$(echo "$out" | grep -c " on $h: ok")" = 2 ] || { echo "run_multihost: expected 2 ranks ok on $h" >&2; exit 1; }
+    for p in p2p coll rma; do
+      echo "== mpirun across 2 hosts: Open MPI $p over UCX_TLS=portals"
+      out=$(on_portals "$rsh" "$1" "$ompi $OMPI_UCX_FLAGS $MPI_PROGRAMS/$p" </dev/null)
+      two_ranks_per_host "$out"
+    done
+    echo "== mpirun across 2 hosts: Open MPI tag_offload (UCX_PORTALS_STATS=y)"
+    on_portals "$rsh" "$1" "UCX_PORTALS_STATS=y $ompi $OMPI_UCX_FLAGS -x UCX_PORTALS_STATS $MPI_PROGRAMS/tag_offload" \
+      </dev/null >"$stats" 2>&1 || { cat "$stats"; exit 1; }
+    check_offload 4 "$stats"
+  else
+    echo "== Open MPI across hosts: skipped ($MPI_SKIP)"
+  fi
+  if [ -n "$SHMEM_PROGRAMS" ]; then
+    oshrun="timeout 120 $OSHRUN --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
+    for p in rma atomics coll; do
+      echo "== oshrun across 2 hosts: OpenSHMEM $p over UCX_TLS=portals"
+      out=$(on_portals "$rsh" "$1" "$oshrun $OMPI_UCX_FLAGS $SHMEM_PROGRAMS/$p" </dev/null)
+      two_ranks_per_host "$out"
     done
   else
-    echo "== MPI job across hosts: skipped ($MPI_SKIP_REASON)"
+    echo "== OpenSHMEM across hosts: skipped ($SHMEM_SKIP)"
   fi
 else
   echo "== mpirun across hosts: skipped (Open MPI not installed)"
@@ -97,6 +122,15 @@ if command -v "$HYDRA_MPIEXEC" >/dev/null 2>&1; then
   hydra="timeout 120 $HYDRA_MPIEXEC -launcher rsh -launcher-exec $rsh -iface eth0 -hosts $1,$2 -n 4"
   "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmi1 $hydra $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
   "$rsh" "$1" "$hydra $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
+  if [ -n "$MPICH_PROGRAMS" ]; then
+    for p in p2p coll; do
+      echo "== mpiexec.hydra across 2 hosts: MPICH $p over UCX_TLS=portals"
+      out=$(on_portals "$rsh" "$1" "$hydra $MPICH_PROGRAMS/$p" </dev/null)
+      two_ranks_per_host "$out"
+    done
+  else
+    echo "== MPICH across hosts: skipped ($MPICH_SKIP)"
+  fi
 else
   echo "== mpiexec.hydra across hosts: skipped (MPICH not installed)"
 fi

@@ -910,7 +910,8 @@ TEST(UctPortals, RendezvousSendsHoldNoSendResources) {
             TagRx rx;
             open_tag_side(s, rx);
             c.send(s.address().data(), s.address().size());
-            ASSERT_TRUE(s.wait([&] { return rx.unexp.size() == kRndv + 1; })) << rx.unexp.size() << " arrived";
+            ASSERT_TRUE(s.wait([&] { return rx.unexp.size() == kRndv + 1; }))
+                << rx.unexp.size() << " arrived";
             for (int i = 0; i < kRndv; ++i) {
                 EXPECT_TRUE(rx.unexp[size_t(i)].rndv);
                 EXPECT_EQ(rx.unexp[size_t(i)].tag, uct_tag_t(i));
@@ -941,7 +942,8 @@ TEST(UctPortals, RendezvousSendsHoldNoSendResources) {
             const char hdr[] = "h";
             for (int i = 0; i < kRndv; ++i) {
                 uct_iov_t iov{data.data(), size_t(i) + 1, mh, size_t(i) + 1, 1};
-                ops.push_back(uct_ep_tag_rndv_zcopy(ep, uct_tag_t(i), hdr, 1, &iov, 1, 0, &done[size_t(i)].comp));
+                ops.push_back(
+                    uct_ep_tag_rndv_zcopy(ep, uct_tag_t(i), hdr, 1, &iov, 1, 0, &done[size_t(i)].comp));
                 ASSERT_FALSE(UCS_PTR_IS_ERR(ops.back())) << "rendezvous " << i;
                 if (i % 256 == 0) s.progress();  // acknowledgements come back meanwhile
             }
@@ -953,6 +955,52 @@ TEST(UctPortals, RendezvousSendsHoldNoSendResources) {
             c.signal("bye");
             uct_ep_destroy(ep);
             EXPECT_EQ(uct_md_mem_dereg(s.md, mh), UCS_OK);
+            s.close();
+        });
+}
+
+// A receive posted while a message with its tag arrived but was not reported to UCP yet
+// would take the next such message instead (MPI's order broken, and that message cut to this
+// buffer's size if it was larger): the post is refused until the first one was reported.
+TEST(UctPortals, TagRecvIsRefusedWhileAnUnreportedMessageMayBeForIt) {
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            c.send(s.address().data(), s.address().size());
+            std::vector<char> marker(64, 0), small(4, 0);
+            Posted p_marker, p_small;
+            uct_iov_t i_marker{marker.data(), marker.size(), nullptr, marker.size(), 1};
+            uct_iov_t i_small{small.data(), small.size(), nullptr, small.size(), 1};
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 9, ~0ull, &i_marker, 1, &p_marker.ctx), UCS_OK);
+            c.signal("posted");
+            ASSERT_TRUE(landed(&marker[0], 'm'));  // so the first tag-5 message is in before it
+            EXPECT_EQ(uct_iface_tag_recv_zcopy(s.iface, 5, ~0ull, &i_small, 1, &p_small.ctx),
+                      UCS_ERR_NO_RESOURCE);
+            ASSERT_TRUE(s.wait([&] { return rx.unexp.size() == 1 && p_marker.completed; }));
+            EXPECT_EQ(std::string(rx.unexp[0].data.begin(), rx.unexp[0].data.end()), "first message");
+            // Reported: now the receive may go to the engine, and takes the second message.
+            ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 5, ~0ull, &i_small, 1, &p_small.ctx), UCS_OK);
+            c.signal("send the second");
+            ASSERT_TRUE(s.wait([&] { return p_small.completed; }));
+            EXPECT_EQ(std::string(small.begin(), small.end()), "2nd!");
+            c.expect("bye");
+            s.close();
+        },
+        [&](Channel &c) {
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            uct_ep_h ep = s.connect(c.recv());
+            c.expect("posted");
+            ASSERT_EQ(uct_ep_tag_eager_short(ep, 5, "first message", 13), UCS_OK);
+            ASSERT_EQ(uct_ep_tag_eager_short(ep, 9, "m", 1), UCS_OK);
+            c.expect("send the second");
+            ASSERT_EQ(uct_ep_tag_eager_short(ep, 5, "2nd!", 4), UCS_OK);
+            s.flush(ep);
+            c.signal("bye");
+            uct_ep_destroy(ep);
             s.close();
         });
 }

@@ -66,6 +66,12 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      "Bandwidth reported to UCP for lane selection.",
      ucs_offsetof(uct_portals_iface_config_t, bandwidth_mbs), UCS_CONFIG_TYPE_BW},
 
+    {"STATS", "n",
+     "Print each interface's tag-matching counters to stderr when it closes (at finalize):\n"
+     "receives UCP posted to the engine, messages the engine matched to them, messages that\n"
+     "met none and went to UCP's software matching. Shows whether tag offload is used.",
+     ucs_offsetof(uct_portals_iface_config_t, stats), UCS_CONFIG_TYPE_BOOL},
+
     {NULL}
 };
 

@@ -35,6 +35,24 @@ int append_ctl_mes(Iface &f) {
 
 // Every ME goes before its portal can be freed (PTL_PT_IN_USE otherwise, and the portal
 // table has room for only about 60 ifaces).
+// UCX_PORTALS_STATS=y (or UCX_LOG_LEVEL=info) shows whether UCP's tag offload reached the
+// engine's matching. One line per iface that saw tagged traffic, greppable by scripts.
+void print_tag_stats(const Iface &f) {
+    const Iface::TagStats &s = f.stats;
+    if (!s.posted && !s.expected && !s.unexpected) return;
+    char line[512];
+    snprintf(line, sizeof line,
+             "portals stats: pid %d iface %s: tag receives posted %lu cancelled %lu; messages matched in "
+             "the engine %lu (rendezvous %lu), unexpected %lu (rendezvous %lu), fetched %lu",
+             int(getpid()), f.dev_name.c_str(), (unsigned long)s.posted, (unsigned long)s.cancelled,
+             (unsigned long)s.expected, (unsigned long)s.expected_rndv, (unsigned long)s.unexpected,
+             (unsigned long)s.unexpected_rndv, (unsigned long)s.fetched);
+    if (f.print_stats)
+        fprintf(stderr, "%s\n", line);
+    else
+        ucs_info("%s", line);
+}
+
 void release_objects(Iface &f) {
     f.am_rx.cleanup();
     f.tag_rx.cleanup();
@@ -93,6 +111,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->tm_list_size = cfg->tm_list_size;
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
+    f->print_stats = cfg->stats != 0;
+    if (params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE) f->dev_name = params->mode.device.dev_name;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) f->eager_cb = params->eager_cb;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG) f->eager_arg = params->eager_arg;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB) f->rndv_cb = params->rndv_cb;
@@ -173,13 +193,7 @@ extern "C" void uct_portals_iface_cleanup(uct_portals_iface_t *uct) {
     if (!f) return;
     for (RxEvent &r : f->rx_fifo) RxPool::release_buf(r.buf);
     release_objects(*f);
-    // UCX_LOG_LEVEL=info shows whether UCP's tag offload reached the engine's matching.
-    if (f->tag_expected || f->tag_unexpected || f->truncated_fetches)
-        ucs_info(
-            "portals: iface %p closed: %lu tagged messages matched posted receives in the "
-            "engine, %lu unexpected, %lu fetched after meeting a catch-all",
-            uct, (unsigned long)f->tag_expected, (unsigned long)f->tag_unexpected,
-            (unsigned long)f->truncated_fetches);
+    print_tag_stats(*f);
     delete f;
 }
 
@@ -306,7 +320,8 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // PTL_IN_USE), undelivered messages (even one still being fetched), completions or
     // pending requests that can run all mean the caller must progress first. Draining the
     // EQ here once completed a request inside the arm, and its waiter slept on.
-    if (!f->rx_fifo.empty() || !f->cancelled.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
+    if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() ||
+        (!f->pending_eps.empty() && f->has_tx_resources()))
         return UCS_ERR_BUSY;
     const int rc = PtlXEQArm(f->eq, f->event_fd);
     if (rc == PTL_IN_USE) return UCS_ERR_BUSY;

@@ -21,6 +21,7 @@ extern "C" {
 #include <deque>
 #include <memory>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -203,6 +204,7 @@ struct Iface {
     // receive side
     RxPool am_rx, tag_rx;
     std::deque<RxEvent> rx_fifo;
+    std::deque<ptl_event_t> deferred;  // see drain_eq
     // completed_cb(UCS_ERR_CANCELED) to report, with the tag the receive was posted with
     std::deque<std::pair<uct_tag_context_t *, uct_tag_t>> cancelled;
     std::unordered_map<uct_tag_context_t *, uct_tag_t> posted;  // receives whose ME is linked
@@ -234,7 +236,15 @@ struct Iface {
     // wake-up
     int event_fd = -1;
     // statistics (shown by uct_portals_iface_query's debug log and the tests)
-    uint64_t tag_expected = 0, tag_unexpected = 0, truncated_fetches = 0;
+    // Tag-matching counters (UCX_PORTALS_STATS=y prints them at close).
+    struct TagStats {
+        uint64_t posted = 0, cancelled = 0;            // receives UCP gave the engine
+        uint64_t expected = 0, expected_rndv = 0;      // messages the engine matched to them
+        uint64_t unexpected = 0, unexpected_rndv = 0;  // met none: UCP matches them in software
+        uint64_t fetched = 0;  // bodies read from their sender (catch-all, rendezvous announcement)
+    } stats;
+    bool print_stats = false;
+    std::string dev_name;
 
     // ops
     Op *get_op(Ep *ep, OpType t, uct_completion_t *comp);
@@ -288,7 +298,17 @@ struct Iface {
     unsigned deliver_rx();
     void deliver_one(RxEvent &r);
     void deliver_expected(RxEvent &r);
-    void drain_eq();
+    void drain_eq(bool run_completions = true);
+    void handle_event(const ptl_event_t &ev);
+    // A tagged message a receive for (tag, mask) would take, that met no posted receive and
+    // was not reported to UCP yet.
+    bool unexpected_tag_pending(uct_tag_t tag, uct_tag_t mask, size_t from = 0) const {
+        for (size_t i = from; i < rx_fifo.size(); ++i) {
+            const RxEvent &r = rx_fifo[i];
+            if (r.unexpected && r.ev.pt_index == tag_pt && ((r.ev.match_bits ^ tag) & mask) == 0) return true;
+        }
+        return false;
+    }
     void fetch_truncated(RxEvent &r);
     void start_rndv_get(RxEvent &r);
 };

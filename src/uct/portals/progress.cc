@@ -100,7 +100,16 @@ void Iface::fail_ep(Ep *ep, ucs_status_t status) {
     mark_failed(ep, status);
 }
 
-void Iface::drain_eq() {
+// Outside progress (a receive being posted or cancelled) only receive events are taken in:
+// the others may complete operations, whose callbacks UCP does not expect there, so they wait
+// in `deferred` for the next progress, which handles them first.
+void Iface::drain_eq(bool run_completions) {
+    if (run_completions)
+        while (!deferred.empty()) {
+            const ptl_event_t ev = deferred.front();
+            deferred.pop_front();
+            handle_event(ev);
+        }
     ptl_event_t ev;
     for (;;) {
         const int rc = PtlEQGet(eq, &ev);
@@ -111,14 +120,21 @@ void Iface::drain_eq() {
             ucs_error("portals: PtlEQGet failed: %d", rc);
             return;
         }
-        switch (ev.type) {
-            case PTL_EVENT_ACK:
-            case PTL_EVENT_REPLY:
-            case PTL_EVENT_SEND: on_initiator_event(ev); break;
-            case PTL_EVENT_GET: on_ctl_event(ev); break;
-            case PTL_EVENT_PUT: on_rx_event(ev); break;
-            default: ucs_debug("portals: ignoring event type %d", ev.type); break;
-        }
+        if (run_completions || ev.type == PTL_EVENT_PUT)
+            handle_event(ev);
+        else
+            deferred.push_back(ev);
+    }
+}
+
+void Iface::handle_event(const ptl_event_t &ev) {
+    switch (ev.type) {
+        case PTL_EVENT_ACK:
+        case PTL_EVENT_REPLY:
+        case PTL_EVENT_SEND: on_initiator_event(ev); break;
+        case PTL_EVENT_GET: on_ctl_event(ev); break;
+        case PTL_EVENT_PUT: on_rx_event(ev); break;
+        default: ucs_debug("portals: ignoring event type %d", ev.type); break;
     }
 }
 
@@ -207,7 +223,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
 // The message met the catch-all: read it from the sender's send buffer, where it stays until
 // we have it.
 void Iface::fetch_truncated(RxEvent &r) {
-    ++truncated_fetches;
+    ++stats.fetched;
     const size_t length = r.msg.kind == MsgKind::TagRndv ? r.msg.fetch_length : r.ev.rlength;
     r.buf = (r.ev.pt_index == am_pt ? am_rx : tag_rx).alloc_fetched(length);
     Op *op = new_fetch_op();
@@ -256,7 +272,8 @@ void Iface::deliver_one(RxEvent &r) {
         deliver_expected(r);
         return;
     }
-    ++tag_unexpected;
+    ++stats.unexpected;
+    if (r.msg.kind == MsgKind::TagRndv) ++stats.unexpected_rndv;
     const uct_tag_t stag = ev.match_bits;
     switch (r.msg.kind) {
         case MsgKind::TagEager: {
@@ -292,10 +309,11 @@ void Iface::deliver_one(RxEvent &r) {
     }
 }
 
-// A posted receive matched: the message is in the user's buffer, or (rendezvous) its
-// announcement is and the data is fetched now.
+// A posted receive matched: the message is in the user's buffer, or (rendezvous) its data
+// is fetched into it now.
 void Iface::deliver_expected(RxEvent &r) {
-    ++tag_expected;
+    ++stats.expected;
+    if (r.msg.kind == MsgKind::TagRndv) ++stats.expected_rndv;
     const ptl_event_t &ev = r.ev;
     uct_tag_context_t *ctx = r.ctx;
     ctx->tag_consumed_cb(ctx);

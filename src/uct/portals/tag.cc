@@ -160,6 +160,12 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
     UCT_CHECK_PARAM(iovcnt <= 1, "tag_recv_zcopy: iovcnt %zu > 1", iovcnt);
     if (f->tag_context_in_use(ctx)) return UCS_ERR_ALREADY_EXISTS;
     if (f->posted.size() >= f->tm_list_size) return UCS_ERR_EXCEEDS_LIMIT;
+    // A message UCP has not seen yet may be for this receive: posted now, the receive would
+    // take the message after it instead (wrong order, and cut to this buffer's size). UCP
+    // keeps the receive in software until it saw them (hardware tag matching refuses such
+    // posts the same way).
+    f->drain_eq(false);
+    if (f->unexpected_tag_pending(tag, tag_mask)) return UCS_ERR_NO_RESOURCE;
     TagRecv *t = tag_recv(ctx);
     t->buffer = iovcnt ? iov[0].buffer : nullptr;
     t->length = iovcnt ? uct_iov_get_length(iov) : 0;
@@ -167,8 +173,14 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
         make_me(t->buffer, t->length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, tag, ~tag_mask);
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
+    // The same for a message that arrived between the check and the append.
+    const size_t seen = f->rx_fifo.size();
+    f->drain_eq(false);
+    if (f->unexpected_tag_pending(tag, tag_mask, seen) && PtlMEUnlink(t->me) == PTL_OK)
+        return UCS_ERR_NO_RESOURCE;
     t->state = kTagPosted;
     f->posted.emplace(ctx, tag);
+    ++f->stats.posted;
     return UCS_OK;
 }
 
@@ -184,10 +196,11 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
         if (!force) f->cancelled.emplace_back(ctx, it->second);
         f->posted.erase(it);
         t->state = kTagCancelled;
+        ++f->stats.cancelled;
         return UCS_OK;
     }
     if (!force) return UCS_OK;  // it matched: its completion follows
-    f->drain_eq();
+    f->drain_eq(false);
     for (RxEvent &r : f->rx_fifo) {
         if (r.ctx != ctx || r.unexpected) continue;
         // A rendezvous left nothing in the buffer: its announcement is fetched from the sender.

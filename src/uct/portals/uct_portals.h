@@ -48,6 +48,7 @@ typedef struct uct_portals_iface_config {
     size_t rndv_max_hdr;   /* user header of a rendezvous */
     double latency_ns;     /* reported to UCP: engine overhead per message */
     double bandwidth_mbs;  /* reported to UCP */
+    int stats;             /* print the tag-matching counters when the iface closes */
 } uct_portals_iface_config_t;
 
 /* The C++ side (iface_impl.h); opaque to C. */
