@@ -564,8 +564,8 @@ struct Posted {
     }
 };
 
-void open_tag_side(Side &s, TagRx &rx) {
-    s.open({}, [&](uct_iface_params_t &p) {
+void open_tag_side(Side &s, TagRx &rx, const std::map<std::string, std::string> &config = {}) {
+    s.open(config, [&](uct_iface_params_t &p) {
         p.field_mask |= UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB | UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG |
                         UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB | UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_ARG;
         p.eager_cb = unexp_eager;
@@ -925,14 +925,7 @@ TEST(UctPortals, RendezvousSendsHoldNoSendResources) {
         [&](Channel &c) {
             Side s;
             TagRx rx;
-            s.open({{"TX_QUEUE_LEN", "4"}, {"TX_DESCS", "4"}}, [&](uct_iface_params_t &p) {
-                p.field_mask |= UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB | UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG |
-                                UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_CB | UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_ARG;
-                p.eager_cb = unexp_eager;
-                p.eager_arg = &rx;
-                p.rndv_cb = unexp_rndv;
-                p.rndv_arg = &rx;
-            });
+            open_tag_side(s, rx, {{"TX_QUEUE_LEN", "4"}, {"TX_DESCS", "4"}});
             uct_ep_h ep = s.connect(c.recv());
             std::vector<char> data(kRndv + 1, 'r');
             uct_mem_h mh;

@@ -33,8 +33,6 @@ int append_ctl_mes(Iface &f) {
     return rc;
 }
 
-// Every ME goes before its portal can be freed (PTL_PT_IN_USE otherwise, and the portal
-// table has room for only about 60 ifaces).
 // UCX_PORTALS_STATS=y (or UCX_LOG_LEVEL=info) shows whether UCP's tag offload reached the
 // engine's matching. One line per iface that saw tagged traffic, greppable by scripts.
 void print_tag_stats(const Iface &f) {
@@ -53,6 +51,8 @@ void print_tag_stats(const Iface &f) {
         ucs_info("%s", line);
 }
 
+// Every ME goes before its portal can be freed (PTL_PT_IN_USE otherwise, and the portal
+// table has room for only about 60 ifaces).
 void release_objects(Iface &f) {
     f.am_rx.cleanup();
     f.tag_rx.cleanup();

@@ -220,8 +220,8 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
     fetch_truncated(r);
 }
 
-// The message met the catch-all: read it from the sender's send buffer, where it stays until
-// we have it.
+// The message met the catch-all, or is a rendezvous' zero-byte announcement: read it from
+// the sender (its send buffer, or the announcement's ME), where it stays until we have it.
 void Iface::fetch_truncated(RxEvent &r) {
     ++stats.fetched;
     const size_t length = r.msg.kind == MsgKind::TagRndv ? r.msg.fetch_length : r.ev.rlength;

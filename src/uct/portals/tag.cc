@@ -173,13 +173,17 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
         make_me(t->buffer, t->length, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL, tag, ~tag_mask);
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
-    // The same for a message that arrived between the check and the append.
-    const size_t seen = f->rx_fifo.size();
-    f->drain_eq(false);
-    if (f->unexpected_tag_pending(tag, tag_mask, seen) && PtlMEUnlink(t->me) == PTL_OK)
-        return UCS_ERR_NO_RESOURCE;
     t->state = kTagPosted;
     f->posted.emplace(ctx, tag);
+    // The same for a message that arrived between the check and the append (the drain may
+    // also report this receive matched).
+    const size_t seen = f->rx_fifo.size();
+    f->drain_eq(false);
+    if (t->state == kTagPosted && f->unexpected_tag_pending(tag, tag_mask, seen) &&
+        PtlMEUnlink(t->me) == PTL_OK) {
+        f->posted.erase(ctx);
+        return UCS_ERR_NO_RESOURCE;
+    }
     ++f->stats.posted;
     return UCS_OK;
 }
