@@ -46,6 +46,12 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      "Operations in flight on one interface before sends return UCS_ERR_NO_RESOURCE.",
      ucs_offsetof(uct_portals_iface_config_t, tx_queue_len), UCS_CONFIG_TYPE_UINT},
 
+    {"RNDV_QUEUE_LEN", "16384",
+     "Tagged rendezvous sends in flight on one interface before tag_rndv_zcopy returns\n"
+     "UCS_ERR_NO_RESOURCE. They wait for their receiver but use none of the send resources\n"
+     "above (which the receiver's answers may need); each holds two match entries.",
+     ucs_offsetof(uct_portals_iface_config_t, rndv_queue_len), UCS_CONFIG_TYPE_UINT},
+
     {"TM_LIST_SIZE", "1024",
      "Tagged receives that can be posted at once (uct_iface_tag_recv_zcopy).",
      ucs_offsetof(uct_portals_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},

@@ -109,6 +109,7 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->rndv_max_hdr =
         std::min({cfg->rndv_max_hdr, f->seg_size - std::min(f->seg_size, sizeof(RndvInfo)), kMaxRndvHeader});
     f->tm_list_size = cfg->tm_list_size;
+    f->rndv_queue_len = std::max(cfg->rndv_queue_len, 1u);
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
     f->print_stats = cfg->stats != 0;
@@ -368,7 +369,7 @@ Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
 }
 
 Op *Iface::get_rndv_op(Ep *ep, uct_completion_t *comp) {
-    if (ep->blocked_by_pending()) return nullptr;
+    if (ep->blocked_by_pending() || (!free_rndv_ops && rndv_slots.size() >= rndv_queue_len)) return nullptr;
     if (!free_rndv_ops) {
         // A rendezvous has up to three events (ACK, the GET of its data, a failed GET of its
         // announcement); the EQ grows with the slots, in steps.

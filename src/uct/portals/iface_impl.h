@@ -228,6 +228,7 @@ struct Iface {
         std::unique_ptr<char[]> announcement;
     };
     std::deque<RndvSlot> rndv_slots;
+    size_t rndv_queue_len = 0;
     Op *free_rndv_ops = nullptr;
     unsigned ops_in_flight = 0;
     uint64_t next_rndv_key = 1;
@@ -248,7 +249,8 @@ struct Iface {
 
     // ops
     Op *get_op(Ep *ep, OpType t, uct_completion_t *comp);
-    Op *get_rndv_op(Ep *ep, uct_completion_t *comp);  // nullptr while ep has pending requests, or no EQ room
+    // nullptr while ep has pending requests, RNDV_QUEUE_LEN are in flight, or the EQ cannot grow
+    Op *get_rndv_op(Ep *ep, uct_completion_t *comp);
     void complete_op(Op *op, ucs_status_t status);
     int get_tx_desc(const Ep *ep) {
         if (tx_free.empty() || ep->blocked_by_pending()) return -1;

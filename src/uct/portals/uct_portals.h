@@ -43,6 +43,7 @@ typedef struct uct_portals_iface_config {
     unsigned rx_descs;     /* receive descriptors on each receive portal */
     unsigned tx_descs;     /* send buffers for short/bcopy sends awaiting their ACK */
     unsigned tx_queue_len; /* operations in flight per iface */
+    unsigned rndv_queue_len; /* rendezvous sends in flight per iface */
     unsigned tm_list_size; /* posted tagged receives */
     size_t max_zcopy;      /* largest zcopy AM / eager tag send */
     size_t rndv_max_hdr;   /* user header of a rendezvous */
