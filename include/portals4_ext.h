@@ -46,6 +46,12 @@ int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer);
  * PTL_NO_SPACE beyond PtlEQAlloc's limit (2^26), PTL_ARG_INVALID, PTL_NO_INIT. */
 int PtlXEQGrow(ptl_handle_eq_t eq, ptl_size_t count);
 
+/* PtlEQGet without progress: returns an event already in `eq` (PTL_OK or PTL_EQ_DROPPED),
+ * else PTL_EQ_EMPTY at once, without first reading the wires. For a client that needs only
+ * what was delivered so far (the UCT component checks it before posting a receive). Also
+ * PTL_ARG_INVALID, PTL_NO_INIT. */
+int PtlXEQTake(ptl_handle_eq_t eq, ptl_event_t *event);
+
 #ifdef __cplusplus
 }
 #endif

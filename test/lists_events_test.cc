@@ -465,7 +465,8 @@ TEST_F(Lists, EQGrowKeepsQueuedEventsAndHoldsMore) {
     sync_point();
     ASSERT_EQ(PtlXEQGrow(eq, 8), PTL_OK);
     EXPECT_EQ(PtlXEQGrow(eq, 1), PTL_OK);  // smaller: a no-op
-    for (int i = 1; i < 8; ++i) ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
+    for (int i = 1; i < 8; ++i)
+        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
     sync_point();
     ptl_event_t ev;
     for (uint64_t i = 0; i < 8; ++i) {
@@ -475,6 +476,28 @@ TEST_F(Lists, EQGrowKeepsQueuedEventsAndHoldsMore) {
     EXPECT_EQ(PtlEQGet(eq, &ev), PTL_EQ_EMPTY);
     EXPECT_EQ(PtlXEQGrow(eq, (ptl_size_t(1) << 26) + 1), PTL_NO_SPACE);
     EXPECT_EQ(PtlXEQGrow(PTL_INVALID_HANDLE, 8), PTL_ARG_INVALID);
+}
+
+// PtlXEQTake (portals4_ext.h) returns what is queued, in order, then PTL_EQ_EMPTY.
+TEST_F(Lists, EQTakeReturnsQueuedEvents) {
+    ptl_handle_eq_t eq;
+    ASSERT_EQ(PtlEQAlloc(ni_, 8, &eq), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq, PTL_PT_ANY, &pt), PTL_OK);
+    char buf[8];
+    append(pt, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
+    for (int i = 0; i < 3; ++i)
+        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
+    sync_point();
+    ptl_event_t ev;
+    for (uint64_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(PtlXEQTake(eq, &ev), PTL_OK) << "event " << i;
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+        EXPECT_EQ(ev.hdr_data, i);
+    }
+    EXPECT_EQ(PtlXEQTake(eq, &ev), PTL_EQ_EMPTY);
+    EXPECT_EQ(PtlXEQTake(eq, nullptr), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXEQTake(PTL_INVALID_HANDLE, &ev), PTL_ARG_INVALID);
 }
 
 TEST_F(Lists, EQ8_T22_PollReturnsFirstQueueWithEvent) {

@@ -28,6 +28,11 @@ PTL_API int PtlXEQGrow(ptl_handle_eq_t eq, ptl_size_t count) {
     return engine().eq_grow(eq, count);
 }
 
+PTL_API int PtlXEQTake(ptl_handle_eq_t eq, ptl_event_t *event) {
+    REQUIRE_INIT();
+    return engine().eq_take(eq, event);
+}
+
 PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
     REQUIRE_INIT();
     return engine().peer_alive(ni, peer);

@@ -795,6 +795,14 @@ int Engine::eq_grow(ptl_handle_eq_t h, ptl_size_t count) {
     return PTL_OK;
 }
 
+int Engine::eq_take(ptl_handle_eq_t h, ptl_event_t *ev) {
+    Lock lk(mu_);
+    Eq *e = eq_of(h);
+    if (!e || !ev) return PTL_ARG_INVALID;
+    if (e->waiters) return PTL_EQ_EMPTY;  // as eq_get: a blocked PtlEQWait has priority
+    return e->pop(ev);
+}
+
 int Engine::eq_arm(ptl_handle_eq_t h, int fd) {
     Lock lk(mu_);
     Eq *e = eq_of(h);

@@ -100,9 +100,10 @@ void Iface::fail_ep(Ep *ep, ucs_status_t status) {
     mark_failed(ep, status);
 }
 
-// Outside progress (a receive being posted or cancelled) only receive events are taken in:
-// the others may complete operations, whose callbacks UCP does not expect there, so they wait
-// in `deferred` for the next progress, which handles them first.
+// Outside progress (a receive being posted or cancelled) only the events already delivered
+// are taken in, without driving the wires (a receive post is on UCP's hot path), and only
+// receive events are handled: the others may complete operations, whose callbacks UCP does
+// not expect there, so they wait in `deferred` for the next progress, which handles them first.
 void Iface::drain_eq(bool run_completions) {
     if (run_completions)
         while (!deferred.empty()) {
@@ -112,7 +113,7 @@ void Iface::drain_eq(bool run_completions) {
         }
     ptl_event_t ev;
     for (;;) {
-        const int rc = PtlEQGet(eq, &ev);
+        const int rc = run_completions ? PtlEQGet(eq, &ev) : PtlXEQTake(eq, &ev);
         if (rc == PTL_EQ_EMPTY) return;
         if (rc == PTL_EQ_DROPPED) {
             ucs_error("portals: event queue overflow on iface %p: events were lost", uct);

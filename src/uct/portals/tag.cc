@@ -163,7 +163,8 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
     // A message UCP has not seen yet may be for this receive: posted now, the receive would
     // take the message after it instead (wrong order, and cut to this buffer's size). UCP
     // keeps the receive in software until it saw them (hardware tag matching refuses such
-    // posts the same way).
+    // posts the same way). Messages still on the wires are matched after the append, in order,
+    // so only the delivered ones count.
     f->drain_eq(false);
     if (f->unexpected_tag_pending(tag, tag_mask)) return UCS_ERR_NO_RESOURCE;
     TagRecv *t = tag_recv(ctx);
