@@ -127,12 +127,12 @@ TEST_F(NiTest, F08_F09_MapsOnlyOnLogicalNIs) {
     EXPECT_EQ(PtlGetPhysId(lni, &id), PTL_OK);  // usable before the map (F16)
     EXPECT_EQ(id.phys.pid, self_.phys.pid);      // logical NIs share nid/pid
     ptl_process_t m[3] = {self_, self_, self_};
-    m[0].phys.pid = 999;
+    m[0].phys.pid = self_.phys.pid ^ 1;  // another process (a fixed 999 was ours 1 run in 1024)
     ASSERT_EQ(PtlSetMap(lni, 3, m), PTL_OK);
     map[0].rank = map[1].rank = 77;
     EXPECT_EQ(PtlGetMap(lni, 2, map, &actual), PTL_OK);
     EXPECT_EQ(actual, 3u);
-    EXPECT_EQ(map[0].phys.pid, 999u);
+    EXPECT_EQ(map[0].phys.pid, self_.phys.pid ^ 1);
     EXPECT_EQ(PtlGetId(lni, &id), PTL_OK);
     EXPECT_EQ(id.rank, 1u);  // first rank whose entry is us
     EXPECT_EQ(PtlNIFini(lni), PTL_OK);
