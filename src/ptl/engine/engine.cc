@@ -91,7 +91,7 @@ Engine &engine() {
     return *e;
 }
 
-Engine::Engine() : cfg_(Config::from_env()) {}
+Engine::Engine() : cfg_(Config::from_env()), deliver_([this](const InMessage &m) { handle_message(m); }) {}
 Engine::~Engine() = default;
 
 int Engine::init() {
@@ -776,13 +776,18 @@ int Engine::progress() {
 int Engine::app_progress() {
     // The progress thread stays out of the way only of an application that polls
     // continuously; one that calls in now and then (a server checking its socket every
-    // millisecond) must not hold up the peers it serves.
-    const uint64_t t = monotonic_ns();
-    const uint64_t gap = t - last_poll_ns_.exchange(t, std::memory_order_relaxed);
-    const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
-    app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8,
-                           std::memory_order_relaxed);
+    // millisecond) must not hold up the peers it serves. The gap is sampled every
+    // kAppSampleCalls calls (the clock costs as much as a poll) and averaged over them.
+    constexpr uint32_t kAppSampleCalls = 16;
     Lock lk(mu_);
+    if (++app_calls_ % kAppSampleCalls == 0) {
+        const uint64_t t = monotonic_ns();
+        const uint64_t gap = (t - last_poll_ns_.exchange(t, std::memory_order_relaxed)) / kAppSampleCalls;
+        const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
+        app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8,
+                               std::memory_order_relaxed);
+        return progress_locked(t);
+    }
     return progress_locked();
 }
 
@@ -817,18 +822,23 @@ int Engine::eq_arm(ptl_handle_eq_t h, int fd) {
     return PTL_OK;
 }
 
-int Engine::progress_locked() {
+uint64_t Engine::coarse_now() {
+    constexpr uint32_t kCoarseClockCalls = 16;
+    if (++coarse_calls_ % kCoarseClockCalls == 0 || !coarse_now_ns_) coarse_now_ns_ = monotonic_ns();
+    return coarse_now_ns_;
+}
+
+int Engine::progress_locked(uint64_t now_ns) {
     if (!phys_open_) return 0;
+    const uint64_t t = now_ns ? (coarse_now_ns_ = std::max(coarse_now_ns_, now_ns)) : coarse_now();
     int work = 0;
-    const MessageHandler h = [this](const InMessage &m) { handle_message(m); };
-    work += loop_->progress(h);
-    work += shm_->progress(h);
+    work += loop_->progress(deliver_);
+    work += shm_->progress(deliver_);
     if (tcp_) {
-        work += tcp_->progress(h);
+        work += tcp_->progress(deliver_, t);
         if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
     }
     if (!in_triggers_) run_triggers();
-    const uint64_t t = monotonic_ns();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
         last_liveness_check_ns_ = t;
         check_dead_peers();
@@ -863,13 +873,13 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
             stop_polling();
             return PTL_ABORTED;
         }
-        progress_locked();
+        const uint64_t t = monotonic_ns();
+        progress_locked(t);
         const int r = ready();
         if (r >= 0) {
             stop_polling();
             return r;
         }
-        const uint64_t t = monotonic_ns();
         if (t >= deadline) {
             stop_polling();
             return -2;

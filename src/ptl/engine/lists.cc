@@ -79,7 +79,7 @@ void Engine::auto_unlink(Ni *n, Pt &pt, Entry *e) {
 void Engine::free_zombies(Ni *n) {
     auto keep = std::remove_if(n->zombies.begin(), n->zombies.end(), [n](Entry *e) {
         if (e->uh_count) return false;
-        n->entries.remove(split_handle(e->handle).slot);
+        n->entries.recycle(split_handle(e->handle).slot);
         return true;
     });
     n->zombies.erase(keep, n->zombies.end());
@@ -101,7 +101,7 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     if (!n || !d || !out || (list != PTL_PRIORITY_LIST && list != PTL_OVERFLOW_LIST))
         return PTL_ARG_INVALID;
     if (n->logical() && !n->map_set) return PTL_ARG_INVALID;  // LA1
-    auto e = std::make_unique<Entry>();
+    auto e = n->entries.make();
     if (int rc = prepare_entry(*n, pti, *d, is_me, *e); rc != PTL_OK) return rc;
     Pt &pt = n->pts[pti];
     if (list == PTL_PRIORITY_LIST) {
@@ -169,7 +169,7 @@ int Engine::unlink(uint32_t h, bool is_me) {
     if (!e) return PTL_ARG_INVALID;
     if (e->auto_unlinked || e->uh_count) return PTL_IN_USE;  // U4, L12
     n->pts[e->pt].lists[e->list].remove(e);
-    n->entries.remove(split_handle(h).slot);
+    n->entries.recycle(split_handle(h).slot);
     return PTL_OK;
 }
 

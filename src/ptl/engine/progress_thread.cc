@@ -11,6 +11,7 @@
 #include <climits>
 #include <ctime>
 
+#include "../util/clock.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/shm/shm_wire.h"
 #include "engine.h"
@@ -84,7 +85,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         bool backlog;
         {
             std::lock_guard<std::mutex> g(engine_.mu_);
-            work = engine_.progress_locked();
+            work = engine_.progress_locked(monotonic_ns());
             backlog =
                 (engine_.shm_ && engine_.shm_->has_backlog()) || (engine_.loop_ && engine_.loop_->pending());
         }

@@ -56,7 +56,7 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
     if (ep->in_flight.empty()) return UCS_OK;
     ep->iface->progress();
     if (ep->in_flight.empty()) return UCS_OK;
-    if (comp) ep->flushes.emplace_back(ep->next_seq, comp);
+    if (comp) ep->flushes.emplace_back(ep->in_flight.next(), comp);
     return UCS_INPROGRESS;
 }
 

@@ -352,8 +352,7 @@ Op *start_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp) {
     op->ep = ep;
     op->comp = comp;
     if (ep) {
-        op->seq = ep->next_seq++;
-        ep->in_flight.insert(op->seq);
+        op->seq = ep->in_flight.start();
     }
     return op;
 }
@@ -400,7 +399,7 @@ Op *Iface::get_rndv_op(Ep *ep, uct_completion_t *comp) {
 
 void Iface::put_op(Op *op) {
     if (Ep *ep = op->ep) {
-        ep->in_flight.erase(op->seq);
+        ep->in_flight.finish(op->seq);
         complete_flushes(ep);
     }
     if (op->tx_desc >= 0) {
@@ -420,7 +419,7 @@ void Iface::put_op(Op *op) {
 void Iface::complete_flushes(Ep *ep) {
     auto &fl = ep->flushes;
     if (fl.empty()) return;
-    const uint64_t oldest = ep->in_flight.empty() ? UINT64_MAX : *ep->in_flight.begin();
+    const uint64_t oldest = ep->in_flight.oldest();
     size_t kept = 0;
     std::vector<uct_completion_t *> done;
     for (auto &w : fl) {
@@ -436,7 +435,7 @@ void Iface::complete_flushes(Ep *ep) {
 void Iface::cancel_ops(Ep *ep) {
     for_each_op([ep](Op &op) {
         if (op.ep != ep) return;
-        ep->in_flight.erase(op.seq);
+        ep->in_flight.finish(op.seq);
         op.ep = nullptr;
         if (uct_completion_t *comp = std::exchange(op.comp, nullptr))
             uct_invoke_completion(comp, UCS_ERR_CANCELED);

@@ -20,13 +20,14 @@ extern "C" {
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "me.h"
+#include "ring.h"
 #include "rx_pool.h"
+#include "seq_window.h"
 
 namespace uct_portals {
 
@@ -129,7 +130,7 @@ struct Op {
     // get_bcopy lands here first
     char *bounce = nullptr;
     // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data
-    struct RxEvent *rx = nullptr;
+    int64_t rx_id = -1;  // the RxEvent in rx_fifo (Ring id) whose truncated body this fetches
     uct_tag_context_t *ctx = nullptr;
     ucs_status_t rndv_status = UCS_OK;
     Op *next_free = nullptr;
@@ -167,8 +168,7 @@ struct Ep {
     bool failed = false;
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
-    uint64_t next_seq = 0;
-    std::set<uint64_t> in_flight;                                  // seqs of ops not yet complete
+    SeqWindow in_flight;                                           // seqs of ops not yet complete
     std::vector<std::pair<uint64_t, uct_completion_t *>> flushes;  // complete when all < seq are
     ucs_queue_head_t pending;
     bool in_pending_list = false;
@@ -203,7 +203,7 @@ struct Iface {
     ptl_pt_index_t am_pt = PTL_PT_ANY, tag_pt = PTL_PT_ANY, ctl_pt = PTL_PT_ANY;
     // receive side
     RxPool am_rx, tag_rx;
-    std::deque<RxEvent> rx_fifo;
+    Ring<RxEvent> rx_fifo;
     std::deque<ptl_event_t> deferred;  // see drain_eq
     // completed_cb(UCS_ERR_CANCELED) to report, with the tag the receive was posted with
     std::deque<std::pair<uct_tag_context_t *, uct_tag_t>> cancelled;

@@ -100,10 +100,11 @@ void Iface::fail_ep(Ep *ep, ucs_status_t status) {
     mark_failed(ep, status);
 }
 
-// Outside progress (a receive being posted or cancelled) only the events already delivered
-// are taken in, without driving the wires (a receive post is on UCP's hot path), and only
-// receive events are handled: the others may complete operations, whose callbacks UCP does
-// not expect there, so they wait in `deferred` for the next progress, which handles them first.
+// Only the events already delivered are taken in, without driving the wires again: progress
+// has just driven them, and a receive post is on UCP's hot path. Outside progress (a receive
+// being posted or cancelled) only receive events are handled: the others may complete
+// operations, whose callbacks UCP does not expect there, so they wait in `deferred` for the
+// next progress, which handles them first.
 void Iface::drain_eq(bool run_completions) {
     if (run_completions)
         while (!deferred.empty()) {
@@ -113,12 +114,12 @@ void Iface::drain_eq(bool run_completions) {
         }
     ptl_event_t ev;
     for (;;) {
-        const int rc = run_completions ? PtlEQGet(eq, &ev) : PtlXEQTake(eq, &ev);
+        const int rc = PtlXEQTake(eq, &ev);
         if (rc == PTL_EQ_EMPTY) return;
         if (rc == PTL_EQ_DROPPED) {
             ucs_error("portals: event queue overflow on iface %p: events were lost", uct);
         } else if (rc != PTL_OK) {
-            ucs_error("portals: PtlEQGet failed: %d", rc);
+            ucs_error("portals: PtlXEQTake failed: %d", rc);
             return;
         }
         if (run_completions || ev.type == PTL_EVENT_PUT)
@@ -144,9 +145,11 @@ void Iface::on_initiator_event(const ptl_event_t &ev) {
     if (!op) return;
     const ucs_status_t st = fail_status(ev.ni_fail_type);
     if (op->type == OpType::Recovery) {
-        if (op->rx) {  // a truncated message's body arrived
-            op->rx->buf.length = ev.mlength;
-            op->rx->ready = true;
+        if (op->rx_id >= 0) {  // a truncated message's body arrived
+            if (RxEvent *r = rx_fifo.find(uint64_t(op->rx_id))) {
+                r->buf.length = ev.mlength;
+                r->ready = true;
+            }
             if (st != UCS_OK)
                 ucs_error("portals: fetching a truncated message from nid 0x%x pid %u failed: %s",
                           ev.initiator.phys.nid, ev.initiator.phys.pid, ucs_status_string(st));
@@ -228,7 +231,7 @@ void Iface::fetch_truncated(RxEvent &r) {
     const size_t length = r.msg.kind == MsgKind::TagRndv ? r.msg.fetch_length : r.ev.rlength;
     r.buf = (r.ev.pt_index == am_pt ? am_rx : tag_rx).alloc_fetched(length);
     Op *op = new_fetch_op();
-    op->rx = &r;
+    op->rx_id = int64_t(rx_fifo.id_of(r));
     int rc = r.buf.data ? PTL_OK : PTL_NO_SPACE;
     if (rc == PTL_OK)
         rc = r.msg.kind == MsgKind::TagRndv

@@ -378,10 +378,13 @@ void TcpWire::check_connect_timeouts() {
 }
 
 int TcpWire::progress(const MessageHandler &handler) {
-    if (conns_.empty()) {
-        const uint64_t now = monotonic_ns();  // only idle polls are rationed
-        if (now - last_idle_poll_ns_ < kIdlePollNs) return 0;
-        last_idle_poll_ns_ = now;
+    return progress(handler, monotonic_ns());
+}
+
+int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
+    if (conns_.empty()) {  // only idle polls are rationed
+        if (now_ns - last_idle_poll_ns_ < kIdlePollNs) return 0;
+        last_idle_poll_ns_ = now_ns;
     }
     epoll_event evs[64];
     const int n = epoll_wait(epfd_, evs, 64, 0);

@@ -38,6 +38,8 @@ public:
               int payload_count) override;
     size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
     int progress(const MessageHandler &handler) override;
+    // As progress, with the caller's reading of monotonic_ns (idle polls are rationed by it).
+    int progress(const MessageHandler &handler, uint64_t now_ns);
     bool peer_dead(PeerId) override;
 
     // The next readiness of any socket calls `wake` once. Call after deciding to sleep.
