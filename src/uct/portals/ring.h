@@ -60,7 +60,8 @@ private:
     const T &slot(uint64_t id) const { return buf_[id & (buf_.size() - 1)]; }
     void grow() {
         std::vector<T> bigger(buf_.empty() ? 16 : buf_.size() * 2);
-        for (uint64_t id = head_; id < head_ + size_; ++id) bigger[id & (bigger.size() - 1)] = std::move(slot(id));
+        for (uint64_t id = head_; id < head_ + size_; ++id)
+            bigger[id & (bigger.size() - 1)] = std::move(slot(id));
         buf_ = std::move(bigger);
     }
 
