@@ -18,38 +18,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
+
 #define PT_INDEX 7
 #define PING_BITS 0x5a5a5a5a00000000ull
 #define TRIALS 5
-
-static int rank;
-
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
-}
-
-#define CHECK(call)                                                                            \
-    do {                                                                                       \
-        int rc_ = (call);                                                                      \
-        if (rc_ != PTL_OK) {                                                                   \
-            fprintf(stderr, "rank %d: %s failed: %d (line %d)\n", rank, #call, rc_, __LINE__); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-/* Waits until the CT reaches `target` (10 s bound: a lost message fails the run). */
-static void ct_wait(ptl_handle_ct_t ct, ptl_size_t target) {
-    ptl_ct_event_t ev;
-    unsigned int which;
-    int rc = PtlCTPoll(&ct, &target, 1, 10000, &ev, &which);
-    if (rc != PTL_OK || ev.failure) {
-        fprintf(stderr, "rank %d: CT wait for %llu failed: rc=%d failure=%llu\n", rank,
-                (unsigned long long)target, rc, (unsigned long long)ev.failure);
-        exit(1);
-    }
-}
 
 int main(int argc, char **argv) {
     long iters = 20000, max_posted = 100000;
