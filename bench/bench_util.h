@@ -34,7 +34,8 @@ static void ct_wait(ptl_handle_ct_t ct, ptl_size_t target) {
     int rc = PtlCTPoll(&ct, &target, 1, 10000, &ev, &which);
     if (rc != PTL_OK || ev.failure) {
         fprintf(stderr, "rank %d: CT wait for %llu failed: rc=%d success=%llu failure=%llu\n", rank,
-                (unsigned long long)target, rc, (unsigned long long)ev.success, (unsigned long long)ev.failure);
+                (unsigned long long)target, rc, (unsigned long long)ev.success,
+                (unsigned long long)ev.failure);
         exit(1);
     }
 }
