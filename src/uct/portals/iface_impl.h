@@ -290,7 +290,6 @@ struct Iface {
     std::vector<Ep *> eps;                          // for check_peers, which visits a few per round
     size_t next_ep_to_check = 0;
     ucs_time_t next_peer_check = 0;
-    uint64_t last_wire_round = 0;  // see Iface::progress
     void dispatch_pending();
 
     // progress

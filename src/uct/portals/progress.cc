@@ -7,7 +7,6 @@ extern "C" {
 }
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -51,21 +50,8 @@ extern "C" unsigned uct_portals_iface_progress(uct_iface_h tl_iface) {
     return iface_of(tl_iface)->progress();
 }
 
-// One engine serves every iface of the process, and UCP progresses each of them in turn (one
-// per network device): the wires are driven by the first iface of a round only, the others
-// take the events it delivered. An iface polled on its own still drives them every time.
-namespace {
-std::atomic<uint64_t> wire_rounds{0};
-}
-
 unsigned Iface::progress() {
-    const uint64_t round = wire_rounds.load(std::memory_order_relaxed);
-    if (round == last_wire_round) {
-        PtlXProgress();
-        last_wire_round = wire_rounds.fetch_add(1, std::memory_order_relaxed) + 1;
-    } else {
-        last_wire_round = round;
-    }
+    PtlXProgress();
     drain_eq();
     unsigned n = deliver_rx();
     if (!eps.empty()) {
