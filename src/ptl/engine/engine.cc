@@ -251,9 +251,11 @@ void Engine::sleep_for_traffic(long timeout_us) {
         shm_->wait_for_traffic(timeout_us);
 }
 
-bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n) {
+bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable) {
     Wire *w = wire_for(to);
-    return w && w->send(to, &h, sizeof h, payload, n);
+    if (!w) return false;
+    return deferrable ? w->send_deferrable(to, &h, sizeof h, payload, n)
+                      : w->send(to, &h, sizeof h, payload, n);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -134,7 +134,8 @@ private:
     bool peer_gone(PeerId p);
     // Sleeps until a wire has traffic, wake-up or timeout (progress thread, manual waits).
     void sleep_for_traffic(long timeout_us);
-    bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n);
+    // deferrable: an acknowledgement, which may wait for the next message to the peer (Wire).
+    bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable = false);
 
     // events and counting
     void post_event(Eq *eq, const ptl_event_t &ev);

@@ -120,7 +120,7 @@ void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op, p
     struct iovec iov {
         const_cast<void *>(data), data_len
     };
-    send(m.from, r, &iov, data_len ? 1 : 0);
+    send(m.from, r, &iov, data_len ? 1 : 0, op == proto::kAck);
 }
 
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {

@@ -49,6 +49,14 @@ public:
     virtual bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                       int payload_count) = 0;
 
+    // As send, for a message no one waits on at once (an acknowledgement): a wire whose every
+    // send is a system call may hold it until the next send to the peer, which carries both,
+    // or until the next progress, whichever comes first.
+    virtual bool send_deferrable(PeerId to, const void *header, size_t header_len,
+                                 const struct iovec *payload, int payload_count) {
+        return send(to, header, header_len, payload, payload_count);
+    }
+
     // Largest header + payload the wire carries in one message to `to`.
     virtual size_t max_inline(PeerId to) const = 0;
 

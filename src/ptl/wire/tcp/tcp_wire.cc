@@ -163,6 +163,16 @@ TcpWire::Conn *TcpWire::connect_to(PeerId to) {
 
 bool TcpWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                    int payload_count) {
+    return send_frame(to, header, header_len, payload, payload_count, false);
+}
+
+bool TcpWire::send_deferrable(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                              int payload_count) {
+    return send_frame(to, header, header_len, payload, payload_count, true);
+}
+
+bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                         int payload_count, bool deferrable) {
     if (header_len == 0 || header_len > kMaxHeader || dead_.count(to)) return false;
     auto it = out_.find(to);
     Conn *c = it != out_.end() ? it->second : connect_to(to);
@@ -182,6 +192,19 @@ bool TcpWire::send(PeerId to, const void *header, size_t header_len, const struc
     iov[0] = {&fh, sizeof fh};
     iov[1] = {const_cast<void *>(header), header_len};
     std::copy_n(payload, payload_count, iov + 2);
+    if (deferrable) {
+        queue_copy(*c, iov, n, 0);
+        if (!c->connecting && !c->want_out && !c->corked) {
+            c->corked = true;
+            corked_.push_back(c);
+        }
+        return true;
+    }
+    if (c->corked) {
+        if (write_after_queue(*c, iov, n)) return true;
+        close_conn(*c, true);
+        return false;
+    }
     size_t sent = 0;
     if (!c->connecting && c->queue.empty() && n <= IOV_MAX) {
         // The common case: straight from the caller's memory into the socket, no copy.
@@ -200,6 +223,63 @@ bool TcpWire::send(PeerId to, const void *header, size_t header_len, const struc
     queue_copy(*c, iov, n, sent);
     if (!c->connecting) set_want_out(*c, true);
     return true;
+}
+
+// A corked connection's deferred messages, then the new frame, in one system call; what the
+// socket does not take is queued. False if the connection failed.
+bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
+    c.corked = false;
+    struct iovec all[kMaxIov];
+    int k = 0;
+    size_t off = c.front_off;
+    for (auto it = c.queue.begin(); it != c.queue.end() && k < kMaxIov; ++it, off = 0)
+        all[k++] = {it->data() + off, it->size() - off};
+    if (k == int(c.queue.size()) && k + n <= kMaxIov) {
+        std::copy_n(iov, n, all + k);
+        k += n;
+    } else {
+        queue_copy(c, iov, n, 0);  // too many pieces: everything goes through the queue
+        n = 0;
+    }
+    msghdr mh{};
+    mh.msg_iov = all;
+    mh.msg_iovlen = size_t(k);
+    ssize_t w = sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+        w = 0;
+    }
+    size_t written = size_t(w);
+    while (!c.queue.empty()) {
+        const size_t left = c.queue.front().size() - c.front_off;
+        if (written < left) {
+            c.front_off += written;
+            written = 0;
+            break;
+        }
+        written -= left;
+        c.queue.pop_front();
+        c.front_off = 0;
+    }
+    size_t frame_len = 0;
+    for (int i = 0; i < n; ++i) frame_len += iov[i].iov_len;
+    if (n && (!c.queue.empty() || written < frame_len)) queue_copy(c, iov, n, c.queue.empty() ? written : 0);
+    if (!c.queue.empty()) set_want_out(c, true);
+    return true;
+}
+
+// Deferred messages leave at the latest with the next progress.
+void TcpWire::flush_corked() {
+    while (!corked_.empty()) {
+        Conn *c = corked_.back();
+        corked_.pop_back();
+        if (!c->corked) continue;
+        c->corked = false;
+        if (!flush(*c))
+            close_conn(*c, true);
+        else if (!c->queue.empty())
+            set_want_out(*c, true);
+    }
 }
 
 void TcpWire::queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip) {
@@ -272,6 +352,7 @@ bool TcpWire::flush(Conn &c) {
 }
 
 void TcpWire::close_conn(Conn &c, bool peer_gone) {
+    if (c.corked) std::erase(corked_, &c);
     const int fd = c.fd;
     const PeerId peer = c.peer;
     const bool known = c.outgoing || (c.reader && c.reader->has_hello());
@@ -382,6 +463,7 @@ int TcpWire::progress(const MessageHandler &handler) {
 }
 
 int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
+    if (!corked_.empty()) flush_corked();
     if (conns_.empty()) {  // only idle polls are rationed
         if (now_ns - last_idle_poll_ns_ < kIdlePollNs) return 0;
         last_idle_poll_ns_ = now_ns;

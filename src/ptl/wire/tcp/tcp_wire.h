@@ -36,6 +36,9 @@ public:
 
     bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
               int payload_count) override;
+    // Queued without a system call: the next send to the peer or the next progress writes it.
+    bool send_deferrable(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                         int payload_count) override;
     size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
     int progress(const MessageHandler &handler) override;
     // As progress, with the caller's reading of monotonic_ns (idle polls are rationed by it).
@@ -59,6 +62,7 @@ private:
         std::deque<std::vector<char>> queue;
         size_t front_off = 0;
         bool want_out = false;
+        bool corked = false;  // the queue holds deferred messages only, in corked_
         // incoming
         std::unique_ptr<FrameReader> reader;
     };
@@ -70,6 +74,10 @@ private:
     void on_out_event(Conn &c, uint32_t events);
     int on_in_event(Conn &c, const MessageHandler &handler);
     bool flush(Conn &c);
+    bool send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                    int payload_count, bool deferrable);
+    bool write_after_queue(Conn &c, const struct iovec *iov, int n);
+    void flush_corked();
     void queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip);
     void set_want_out(Conn &c, bool on);
     bool watch_fd(Conn &c, uint32_t events, int op);
@@ -84,6 +92,7 @@ private:
     std::unordered_map<int, std::unique_ptr<Conn>> conns_;  // by fd
     std::unordered_map<PeerId, Conn *, PeerIdHash> out_;
     std::unordered_set<PeerId, PeerIdHash> dead_;
+    std::vector<Conn *> corked_;
     int connecting_ = 0;
     uint32_t next_serial_ = 1;
     uint64_t malformed_ = 0;
