@@ -46,11 +46,7 @@ void place(int cpu, int caller_cpu) {
     hwloc_topology_destroy(topo);
 }
 
-constexpr long kParkNs = 5000000;  // 5 ms
-// With the tcp wire, a parked thread is also what bounds how long an acknowledgement that
-// waits for company (Wire::send_deferrable) stays unsent when the application stops calling
-// in right after the message arrived.
-constexpr long kParkWithTcpNs = 1000000;    // 1 ms
+constexpr long kParkNs = 5000000;           // 5 ms
 constexpr uint64_t kBusyPollGapNs = 20000;  // 20 us
 
 }  // namespace
@@ -104,7 +100,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             // resumes soon after it stops polling without sleeping.
             const uint32_t v = park_word_.load(std::memory_order_acquire);
             struct timespec ts {
-                0, engine_.tcp_ ? kParkWithTcpNs : kParkNs
+                0, kParkNs
             };
             syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
             idle = 0;

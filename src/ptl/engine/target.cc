@@ -120,7 +120,12 @@ void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op, p
     struct iovec iov {
         const_cast<void *>(data), data_len
     };
-    send(m.from, r, &iov, data_len ? 1 : 0, op == proto::kAck);
+    // The ACK of a small message may wait for company (Wire::send_deferrable): a ping-pong's
+    // rides with the pong. One of a large message goes at once: its system call is small next
+    // to the data's, and an initiator waiting for it (a zero-copy send) is not held up if
+    // the target stops calling in.
+    constexpr uint64_t kDeferAckMaxBytes = 8192;
+    send(m.from, r, &iov, data_len ? 1 : 0, op == proto::kAck && req.length <= kDeferAckMaxBytes);
 }
 
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {

@@ -28,6 +28,7 @@ namespace {
 constexpr int kMaxIov = 64;
 constexpr uint64_t kIdlePollNs = 20000;   // with no connections, look for new ones this often
 constexpr size_t kReadBudget = 1u << 20;  // per connection per progress call
+constexpr size_t kMaxCorkedBytes = 16384;  // deferred messages held per connection
 
 // Latency first (no Nagle); a silent peer (host gone, cable pulled) is noticed within about
 // timeout_ms through keepalive probes and the limit on unacknowledged data.
@@ -194,10 +195,20 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
     std::copy_n(payload, payload_count, iov + 2);
     if (deferrable) {
         queue_copy(*c, iov, n, 0);
-        if (!c->connecting && !c->want_out && !c->corked) {
+        if (c->connecting || c->want_out) return true;  // the queue drains by itself
+        if (!c->corked) {
             c->corked = true;
+            c->corked_bytes = 0;
             corked_.push_back(c);
         }
+        c->corked_bytes += c->queue.back().size();
+        if (c->corked_bytes < kMaxCorkedBytes) return true;
+        c->corked = false;  // enough to be worth a system call of their own
+        if (!flush(*c)) {
+            close_conn(*c, true);
+            return false;
+        }
+        if (!c->queue.empty()) set_want_out(*c, true);
         return true;
     }
     if (c->corked) {
@@ -269,7 +280,7 @@ bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
 }
 
 // Deferred messages leave at the latest with the next progress.
-void TcpWire::flush_corked() {
+void TcpWire::flush_deferred() {
     while (!corked_.empty()) {
         Conn *c = corked_.back();
         corked_.pop_back();
@@ -463,7 +474,7 @@ int TcpWire::progress(const MessageHandler &handler) {
 }
 
 int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
-    if (!corked_.empty()) flush_corked();
+    if (!corked_.empty()) flush_deferred();
     if (conns_.empty()) {  // only idle polls are rationed
         if (now_ns - last_idle_poll_ns_ < kIdlePollNs) return 0;
         last_idle_poll_ns_ = now_ns;

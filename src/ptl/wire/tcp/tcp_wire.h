@@ -63,6 +63,7 @@ private:
         size_t front_off = 0;
         bool want_out = false;
         bool corked = false;  // the queue holds deferred messages only, in corked_
+        size_t corked_bytes = 0;
         // incoming
         std::unique_ptr<FrameReader> reader;
     };
@@ -77,7 +78,7 @@ private:
     bool send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                     int payload_count, bool deferrable);
     bool write_after_queue(Conn &c, const struct iovec *iov, int n);
-    void flush_corked();
+    void flush_deferred();
     void queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip);
     void set_want_out(Conn &c, bool on);
     bool watch_fd(Conn &c, uint32_t events, int op);
