@@ -81,6 +81,19 @@ TEST_F(TcpBatching, DeferredMessagesLeaveWithTheSendersNextProgress) {
     EXPECT_EQ(receive_at_b(1, 5000, false), std::vector<std::string>{"ack"});
 }
 
+// More deferred messages than one sendmsg takes pieces (and past the bytes a connection
+// holds back): they still leave in order, ahead of the send that follows them.
+TEST_F(TcpBatching, MoreDeferredMessagesThanOneWriteTakesKeepTheirOrder) {
+    std::vector<std::string> sent;
+    for (int i = 0; i < 300; ++i) {
+        sent.push_back("ack" + std::to_string(i) + std::string(100, '.'));  // 300 x 100 B > 16 KiB
+        ASSERT_TRUE(a_->send_deferrable(b_id_, sent.back().data(), sent.back().size(), nullptr, 0));
+    }
+    sent.push_back("msg");
+    ASSERT_TRUE(a_->send(b_id_, "msg", 3, nullptr, 0));
+    EXPECT_EQ(receive_at_b(sent.size(), 10000), sent);
+}
+
 TEST_F(TcpBatching, ManyInterleavedMessagesKeepTheirOrder) {
     std::vector<std::string> sent;
     for (int i = 0; i < 2000; ++i) {

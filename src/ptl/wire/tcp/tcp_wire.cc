@@ -245,13 +245,15 @@ bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
     size_t off = c.front_off;
     for (auto it = c.queue.begin(); it != c.queue.end() && k < kMaxIov; ++it, off = 0)
         all[k++] = {it->data() + off, it->size() - off};
-    if (k == int(c.queue.size()) && k + n <= kMaxIov) {
-        std::copy_n(iov, n, all + k);
-        k += n;
-    } else {
-        queue_copy(c, iov, n, 0);  // too many pieces: everything goes through the queue
-        n = 0;
+    if (k < int(c.queue.size()) || k + n > kMaxIov) {
+        // Too many pieces for one call: everything goes through the queue.
+        queue_copy(c, iov, n, 0);
+        if (!flush(c)) return false;
+        if (!c.queue.empty()) set_want_out(c, true);
+        return true;
     }
+    std::copy_n(iov, n, all + k);
+    k += n;
     msghdr mh{};
     mh.msg_iov = all;
     mh.msg_iovlen = size_t(k);
@@ -274,7 +276,7 @@ bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
     }
     size_t frame_len = 0;
     for (int i = 0; i < n; ++i) frame_len += iov[i].iov_len;
-    if (n && (!c.queue.empty() || written < frame_len)) queue_copy(c, iov, n, c.queue.empty() ? written : 0);
+    if (!c.queue.empty() || written < frame_len) queue_copy(c, iov, n, c.queue.empty() ? written : 0);
     if (!c.queue.empty()) set_want_out(c, true);
     return true;
 }
