@@ -45,6 +45,21 @@ protected:
         EXPECT_EQ(ev.type, PTL_EVENT_SEND);
         EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
     }
+    // For the EQ tests: a fresh EQ of `size` events and a PT on it whose one persistent ME
+    // takes 1-byte puts.
+    void eq_with_pt(ptl_size_t size, ptl_handle_eq_t *eq, ptl_pt_index_t *pt) {
+        ASSERT_EQ(PtlEQAlloc(ni_, size, eq), PTL_OK);
+        ASSERT_EQ(PtlPTAlloc(ni_, 0, *eq, PTL_PT_ANY, pt), PTL_OK);
+        append(*pt, me_desc(eq_test_buf_, sizeof eq_test_buf_, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE),
+               PTL_PRIORITY_LIST);
+    }
+    // 1-byte puts to `pt` with hdr_data from, ..., to - 1, all delivered on return.
+    void put_numbered(ptl_pt_index_t pt, int from, int to) {
+        for (int i = from; i < to; ++i)
+            ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, ptl_hdr_data_t(i)), PTL_OK);
+        sync_point();
+    }
+    char eq_test_buf_[8];
     char src_[256];
     ptl_handle_md_t md_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
@@ -438,14 +453,9 @@ TEST_F(Lists, EV_SuppressionFlags_T16) {
 
 TEST_F(Lists, EQ1_OverflowDropsOldestAndReportsDropped) {
     ptl_handle_eq_t small;
-    ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
     ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni_, 0, small, PTL_PT_ANY, &pt), PTL_OK);
-    char buf[8];
-    append(pt, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
-    for (int i = 0; i < 6; ++i)
-        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
-    sync_point();
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(2, &small, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 6));
     ptl_event_t ev;
     EXPECT_EQ(PtlEQGet(small, &ev), PTL_EQ_DROPPED);
     EXPECT_EQ(ev.hdr_data, 4u);  // the newest events survive (capacity 2)
@@ -456,18 +466,12 @@ TEST_F(Lists, EQ1_OverflowDropsOldestAndReportsDropped) {
 // many as a queue allocated that large; it never shrinks, and bad arguments are refused.
 TEST_F(Lists, EQGrowKeepsQueuedEventsAndHoldsMore) {
     ptl_handle_eq_t eq;
-    ASSERT_EQ(PtlEQAlloc(ni_, 2, &eq), PTL_OK);
     ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq, PTL_PT_ANY, &pt), PTL_OK);
-    char buf[8];
-    append(pt, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
-    ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
-    sync_point();
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(2, &eq, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 1));
     ASSERT_EQ(PtlXEQGrow(eq, 8), PTL_OK);
     EXPECT_EQ(PtlXEQGrow(eq, 1), PTL_OK);  // smaller: a no-op
-    for (int i = 1; i < 8; ++i)
-        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
-    sync_point();
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 1, 8));
     ptl_event_t ev;
     for (uint64_t i = 0; i < 8; ++i) {
         ASSERT_EQ(PtlEQGet(eq, &ev), PTL_OK) << "event " << i;  // not PTL_EQ_DROPPED
@@ -481,14 +485,9 @@ TEST_F(Lists, EQGrowKeepsQueuedEventsAndHoldsMore) {
 // PtlXEQTake (portals4_ext.h) returns what is queued, in order, then PTL_EQ_EMPTY.
 TEST_F(Lists, EQTakeReturnsQueuedEvents) {
     ptl_handle_eq_t eq;
-    ASSERT_EQ(PtlEQAlloc(ni_, 8, &eq), PTL_OK);
     ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq, PTL_PT_ANY, &pt), PTL_OK);
-    char buf[8];
-    append(pt, me_desc(buf, 8, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
-    for (int i = 0; i < 3; ++i)
-        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, i), PTL_OK);
-    sync_point();
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(8, &eq, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 3));
     ptl_event_t ev;
     for (uint64_t i = 0; i < 3; ++i) {
         ASSERT_EQ(PtlXEQTake(eq, &ev), PTL_OK) << "event " << i;
