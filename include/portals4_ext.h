@@ -52,6 +52,12 @@ int PtlXEQGrow(ptl_handle_eq_t eq, ptl_size_t count);
  * PTL_ARG_INVALID, PTL_NO_INIT. */
 int PtlXEQTake(ptl_handle_eq_t eq, ptl_event_t *event);
 
+/* PtlXEQTake for up to `max` events at once, in order, under one lock: the number taken goes
+ * to `*taken` (may be NULL). Returns PTL_OK or PTL_EQ_DROPPED (events were lost before the
+ * first one taken) when at least one was taken, else PTL_EQ_EMPTY; PTL_ARG_INVALID for a bad
+ * handle, a NULL `events` or `max` 0; PTL_NO_INIT. */
+int PtlXEQTakeMany(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken);
+
 #ifdef __cplusplus
 }
 #endif

@@ -499,6 +499,45 @@ TEST_F(Lists, EQTakeReturnsQueuedEvents) {
     EXPECT_EQ(PtlXEQTake(PTL_INVALID_HANDLE, &ev), PTL_ARG_INVALID);
 }
 
+// PtlXEQTakeMany (portals4_ext.h) takes up to `max` queued events at once, oldest first.
+TEST_F(Lists, EQTakeManyReturnsBatchesInOrder) {
+    ptl_handle_eq_t eq;
+    ptl_pt_index_t pt;
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(8, &eq, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 5));
+    ptl_event_t evs[3];
+    unsigned taken = 99;
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 3, &taken), PTL_OK);
+    ASSERT_EQ(taken, 3u);
+    for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(evs[i].hdr_data, i);
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 3, &taken), PTL_OK);
+    ASSERT_EQ(taken, 2u);  // short: the queue is empty now
+    EXPECT_EQ(evs[0].hdr_data, 3u);
+    EXPECT_EQ(evs[1].hdr_data, 4u);
+    EXPECT_EQ(PtlXEQTakeMany(eq, evs, 3, &taken), PTL_EQ_EMPTY);
+    EXPECT_EQ(taken, 0u);
+    EXPECT_EQ(PtlXEQTakeMany(eq, evs, 0, &taken), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXEQTakeMany(eq, nullptr, 3, &taken), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXEQTakeMany(PTL_INVALID_HANDLE, evs, 3, &taken), PTL_ARG_INVALID);
+}
+
+// An overflow is reported once, with the batch whose first event follows the lost ones (EQ1).
+TEST_F(Lists, EQ1_TakeManyReportsOverflowOnce) {
+    ptl_handle_eq_t eq;
+    ptl_pt_index_t pt;
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(2, &eq, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 4));  // 0 and 1 are overwritten
+    ptl_event_t evs[4];
+    unsigned taken = 0;
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 4, &taken), PTL_EQ_DROPPED);
+    ASSERT_EQ(taken, 2u);
+    EXPECT_EQ(evs[0].hdr_data, 2u);
+    EXPECT_EQ(evs[1].hdr_data, 3u);
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 4, 5));
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 4, &taken), PTL_OK);
+    EXPECT_EQ(evs[0].hdr_data, 4u);
+}
+
 TEST_F(Lists, EQ8_T22_PollReturnsFirstQueueWithEvent) {
     ptl_handle_eq_t q[2];
     ASSERT_EQ(PtlEQAlloc(ni_, 4, &q[0]), PTL_OK);

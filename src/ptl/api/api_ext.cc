@@ -30,7 +30,13 @@ PTL_API int PtlXEQGrow(ptl_handle_eq_t eq, ptl_size_t count) {
 
 PTL_API int PtlXEQTake(ptl_handle_eq_t eq, ptl_event_t *event) {
     REQUIRE_INIT();
-    return engine().eq_take(eq, event);
+    return engine().eq_take(eq, event, 1, nullptr);
+}
+
+PTL_API int PtlXEQTakeMany(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken) {
+    if (taken) *taken = 0;
+    REQUIRE_INIT();
+    return engine().eq_take(eq, events, max, taken);
 }
 
 PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {

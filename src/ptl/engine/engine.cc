@@ -802,12 +802,19 @@ int Engine::eq_grow(ptl_handle_eq_t h, ptl_size_t count) {
     return PTL_OK;
 }
 
-int Engine::eq_take(ptl_handle_eq_t h, ptl_event_t *ev) {
+int Engine::eq_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max, unsigned *taken) {
     Lock lk(mu_);
     Eq *e = eq_of(h);
-    if (!e || !ev) return PTL_ARG_INVALID;
-    if (e->waiters) return PTL_EQ_EMPTY;  // as eq_get: a blocked PtlEQWait has priority
-    return e->pop(ev);
+    if (!e || !evs || max == 0) return PTL_ARG_INVALID;
+    unsigned n = 0;
+    int rc = PTL_EQ_EMPTY;
+    // A blocked PtlEQWait has priority, as in eq_get. Only the first event taken can follow
+    // an overflow: no event is posted while the lock is held.
+    if (!e->waiters)
+        for (int r; n < max && (r = e->pop(&evs[n])) != PTL_EQ_EMPTY; ++n)
+            if (n == 0) rc = r;
+    if (taken) *taken = n;
+    return rc;
 }
 
 int Engine::eq_arm(ptl_handle_eq_t h, int fd) {

@@ -101,7 +101,7 @@ public:
     int app_progress();
     int eq_arm(ptl_handle_eq_t, int fd);
     int eq_grow(ptl_handle_eq_t, ptl_size_t count);
-    int eq_take(ptl_handle_eq_t, ptl_event_t *);
+    int eq_take(ptl_handle_eq_t, ptl_event_t *evs, unsigned max, unsigned *taken);
     int nid_reachable(ptl_handle_ni_t, ptl_nid_t);
     int set_notify_drops(ptl_handle_ni_t ni, bool enable);
     int peer_alive(ptl_handle_ni_t ni, ptl_process_t peer);

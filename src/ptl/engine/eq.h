@@ -49,13 +49,17 @@ struct Eq {
     // Room for a flow-controlled event (one that must not overwrite).
     bool has_room_for_regular() const { return count + reserved < ring.size(); }
 
+    // Wraps by comparison: a 64-bit division per event showed in the per-message profile.
+    uint64_t next(uint64_t i) const { return i + 1 == ring.size() ? 0 : i + 1; }
+
     void push(const ptl_event_t &ev) {
         if (count == ring.size()) {
-            head = (head + 1) % ring.size();
+            head = next(head);
             --count;
             dropped = true;
         }
-        ring[(head + count) % ring.size()] = ev;
+        const uint64_t tail = head + count;
+        ring[tail < ring.size() ? tail : tail - ring.size()] = ev;
         ++count;
     }
 
@@ -63,7 +67,7 @@ struct Eq {
     int pop(ptl_event_t *ev) {
         if (count == 0) return PTL_EQ_EMPTY;
         *ev = ring[head];
-        head = (head + 1) % ring.size();
+        head = next(head);
         --count;
         const bool d = dropped;
         dropped = false;

@@ -122,7 +122,6 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     h.hdr_data = a.hdr_data;
     h.remote_offset = a.remote_offset;
     h.length = a.length;
-    h.op_id = n->next_op_id++;
     if (put_md && (put_md->desc.options & PTL_MD_UNORDERED)) h.flags |= proto::kUnordered;
 
     Wire *w = wire_for(peer);
@@ -153,16 +152,7 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     const bool response_due = reply_due || rndv || ack_req != PTL_NO_ACK_REQ;
     size_t bytes = 0;
     for (auto &v : iov) bytes += v.iov_len;
-    const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
-    if (!sent) {
-        // Undeliverable right away: complete locally with the failure (F1).
-        if (put_md) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
-        if (get_md) initiator_event(get_md, PTL_EVENT_REPLY, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
-        else if (ack_req != PTL_NO_ACK_REQ)
-            initiator_event(put_md, PTL_EVENT_ACK, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr,
-                            ack_req == PTL_ACK_REQ);
-        return PTL_OK;
-    }
+    // Registered before the send: its id travels in the header.
     if (response_due) {
         PendingOp p{};
         p.op = op;
@@ -175,23 +165,34 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
         p.ack_req = ack_req;
         p.send_due = rndv;
         p.reply_due = reply_due;
-        n->pending.emplace(h.op_id, p);
-        if (rndv) ++put_md->pending;
-        if (reply_due) ++get_md->pending;
+        h.op_id = n->pending.add(p);
     }
+    const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
+    if (!sent) {
+        PendingOp unused;
+        if (response_due) n->pending.take(h.op_id, &unused);
+        // Undeliverable right away: complete locally with the failure (F1).
+        if (put_md) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
+        if (get_md)
+            initiator_event(get_md, PTL_EVENT_REPLY, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
+        else if (ack_req != PTL_NO_ACK_REQ)
+            initiator_event(put_md, PTL_EVENT_ACK, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr,
+                            ack_req == PTL_ACK_REQ);
+        return PTL_OK;
+    }
+    if (rndv) ++put_md->pending;
+    if (reply_due) ++get_md->pending;
     // The data was copied into the wire, so the buffer may be reused: SEND now.
     if (put_md && !rndv) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
     return PTL_OK;
 }
 
 void Engine::on_ack(Ni *n, const proto::Header &h) {
-    auto it = n->pending.find(h.op_id);
-    if (it == n->pending.end()) {
+    PendingOp p;
+    if (!n->pending.take(h.op_id, &p)) {
         n->count(PTL_SR_DROP_COUNT);
         return;
     }
-    PendingOp p = it->second;
-    n->pending.erase(it);
     Md *md = n->md(p.put_md);
     const ptl_ni_fail_t fail = h.ni_fail;
     if (p.send_due) {
@@ -218,13 +219,11 @@ void Engine::on_ack(Ni *n, const proto::Header &h) {
 }
 
 void Engine::on_reply(Ni *n, const proto::Header &h, const void *payload, size_t len) {
-    auto it = n->pending.find(h.op_id);
-    if (it == n->pending.end()) {
+    PendingOp p;
+    if (!n->pending.take(h.op_id, &p)) {
         n->count(PTL_SR_DROP_COUNT);
         return;
     }
-    PendingOp p = it->second;
-    n->pending.erase(it);
     Md *md = n->md(p.get_md);
     if (!md) {
         n->count(PTL_SR_DROP_COUNT);
@@ -241,10 +240,8 @@ void Engine::on_reply(Ni *n, const proto::Header &h, const void *payload, size_t
 }
 
 void Engine::fail_op(Ni *n, uint64_t id, ptl_ni_fail_t fail) {
-    auto it = n->pending.find(id);
-    if (it == n->pending.end()) return;
-    PendingOp p = it->second;
-    n->pending.erase(it);
+    PendingOp p;
+    if (!n->pending.take(id, &p)) return;
     if (Md *md = n->md(p.put_md)) {
         if (p.send_due) {
             --md->pending;
@@ -264,11 +261,8 @@ void Engine::fail_op(Ni *n, uint64_t id, ptl_ni_fail_t fail) {
 void Engine::check_dead_peers() {
     for (Ni *n : nis_) {
         if (!n || n->pending.empty()) continue;
-        std::vector<uint64_t> dead;
-        for (auto &[id, p] : n->pending)
-            if (peer_gone(p.peer)) dead.push_back(id);
-        std::sort(dead.begin(), dead.end());  // fail in issue order
-        for (uint64_t id : dead) fail_op(n, id, PTL_NI_UNDELIVERABLE);
+        for (uint64_t id : n->pending.select([&](const PendingOp &p) { return peer_gone(p.peer); }))
+            fail_op(n, id, PTL_NI_UNDELIVERABLE);  // in issue order
     }
 }
 

@@ -7,7 +7,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include "../wire/wire.h"
@@ -16,26 +15,12 @@
 #include "eq.h"
 #include "handle.h"
 #include "md.h"
+#include "pending_table.h"
 #include "pt.h"
 
 namespace ptl {
 
 class Engine;
-
-// An operation this NI started and whose response (ACK, REPLY or rendezvous completion) is
-// still due.
-struct PendingOp {
-    uint8_t op;  // proto::Op
-    ptl_handle_md_t put_md;
-    ptl_handle_md_t get_md;
-    ptl_size_t local_get_offset;
-    ptl_size_t length;
-    void *user_ptr;
-    PeerId peer;
-    ptl_ack_req_t ack_req;
-    bool send_due;   // rendezvous put: SEND waits until the target pulled the data
-    bool reply_due;  // get/fetch/swap
-};
 
 class Ni {
 public:
@@ -61,8 +46,7 @@ public:
     bool notify_drops = false;  // PtlXNINotifyDrops: drops answered with PTL_NI_DROPPED (X3)
     std::atomic<ptl_sr_value_t> sr[PTL_SR_LAST] = {};
     uint64_t next_seq = 1;
-    uint64_t next_op_id = 1;
-    std::unordered_map<uint64_t, PendingOp> pending;
+    PendingTable pending;
     uint32_t triggered = 0;
     uint32_t unexpected = 0;  // headers held across all PTs (max_unexpected_headers)
     uint32_t bundle_depth = 0;

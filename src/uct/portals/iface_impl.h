@@ -205,6 +205,9 @@ struct Iface {
     RxPool am_rx, tag_rx;
     Ring<RxEvent> rx_fifo;
     std::deque<ptl_event_t> deferred;  // see drain_eq
+    static constexpr unsigned kEqBatch = 16;
+    ptl_event_t eq_batch[kEqBatch];  // taken from the EQ, not handled yet: [pos, len)
+    unsigned eq_batch_pos = 0, eq_batch_len = 0;
     // completed_cb(UCS_ERR_CANCELED) to report, with the tag the receive was posted with
     std::deque<std::pair<uct_tag_context_t *, uct_tag_t>> cancelled;
     std::unordered_map<uct_tag_context_t *, uct_tag_t> posted;  // receives whose ME is linked

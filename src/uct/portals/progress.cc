@@ -54,6 +54,10 @@ unsigned Iface::progress() {
     PtlXProgress();
     drain_eq();
     unsigned n = deliver_rx();
+    if (n == 0 && rx_fifo.empty()) {
+        am_rx.repost_when_idle();
+        tag_rx.repost_when_idle();
+    }
     if (!eps.empty()) {
         const ucs_time_t now = ucs_get_time();
         if (now >= next_peer_check) {
@@ -112,20 +116,32 @@ void Iface::drain_eq(bool run_completions) {
             deferred.pop_front();
             handle_event(ev);
         }
-    ptl_event_t ev;
+    // A batch per lock; one that comes back short found the queue empty. The batch is the
+    // iface's, not this call's: a callback may post a receive, whose drain must take the
+    // rest of the batch before newer events.
     for (;;) {
-        const int rc = PtlXEQTake(eq, &ev);
+        while (eq_batch_pos < eq_batch_len) {
+            const ptl_event_t ev = eq_batch[eq_batch_pos++];  // a nested drain may refill
+            if (run_completions || ev.type == PTL_EVENT_PUT)
+                handle_event(ev);
+            else
+                deferred.push_back(ev);
+        }
+        if (eq_batch_len != 0 && eq_batch_len < kEqBatch) {  // the last take found it empty
+            eq_batch_len = eq_batch_pos = 0;
+            return;
+        }
+        unsigned taken = 0;
+        const int rc = PtlXEQTakeMany(eq, eq_batch, kEqBatch, &taken);
+        eq_batch_len = taken;
+        eq_batch_pos = 0;
         if (rc == PTL_EQ_EMPTY) return;
         if (rc == PTL_EQ_DROPPED) {
             ucs_error("portals: event queue overflow on iface %p: events were lost", uct);
         } else if (rc != PTL_OK) {
-            ucs_error("portals: PtlXEQTake failed: %d", rc);
+            ucs_error("portals: PtlXEQTakeMany failed: %d", rc);
             return;
         }
-        if (run_completions || ev.type == PTL_EVENT_PUT)
-            handle_event(ev);
-        else
-            deferred.push_back(ev);
     }
 }
 

@@ -45,6 +45,8 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     const size_t align = std::max<size_t>(layout.align, 64);
     stride_ = (layout.lead + seg_size + align - 1) / align * align;
     batch_ = count_ / 8 ? count_ / 8 : 1;
+    // Each re-post also swaps the catch-all (two more list operations): idle ones gather a few.
+    idle_batch_ = std::min(batch_, 16u);
     if (posix_memalign(reinterpret_cast<void **>(&buf_), align, stride_ * count_)) {
         ucs_error("portals: cannot allocate %u %s receive descriptors of %zu bytes", count_, name, stride_);
         return PTL_NO_SPACE;
@@ -112,7 +114,7 @@ RecvBuf RxPool::take(const ptl_event_t &ev) {
 
 void RxPool::release(int index) {
     freed_.push_back(index);
-    if (freed_.size() >= batch_ || posted_ < batch_) repost();
+    if (posted_ < batch_) repost();
 }
 
 void RxPool::release_desc_cb(uct_recv_desc_t *self, void *desc) {

@@ -4,7 +4,9 @@
 // descriptors sits a zero-length catch-all ME: a message that finds no free descriptor is
 // truncated there instead of dropped, and fetched from its sender. Released descriptors go
 // back in batches, followed by a fresh catch-all before the old one is unlinked, so the list
-// always ends with a catch-all and descriptors are never stranded behind it.
+// always ends with a catch-all and descriptors are never stranded behind it. The re-post is
+// left for a progress call that finds nothing to do (repost_when_idle), off a ping-pong's
+// critical path, unless the pool runs low.
 #pragma once
 
 extern "C" {
@@ -55,8 +57,12 @@ public:
     }
     // The descriptor a PUT event landed in (the ME's user_ptr is its element).
     RecvBuf take(const ptl_event_t &ev);
-    // The descriptor may be reused; re-posts in batches.
+    // The descriptor may be reused; re-posts at once only when the pool runs low.
     void release(int index);
+    // For a progress call that found nothing to do: re-posts a batch of released descriptors.
+    void repost_when_idle() {
+        if (freed_.size() >= idle_batch_) repost();
+    }
     unsigned posted() const { return posted_; }
     // A heap buffer with the same layout, for a message fetched from its sender.
     RecvBuf alloc_fetched(size_t length);
@@ -78,7 +84,7 @@ private:
     BufLayout layout_;
     ptl_handle_ni_t ni_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
-    unsigned count_ = 0, posted_ = 0, batch_ = 1;
+    unsigned count_ = 0, posted_ = 0, batch_ = 1, idle_batch_ = 1;
     size_t seg_size_ = 0, stride_ = 0;
     char *buf_ = nullptr;
     std::vector<ptl_handle_me_t> mes_;
