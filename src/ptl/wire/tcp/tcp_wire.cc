@@ -204,12 +204,9 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
         c->corked_bytes += c->queue.back().size();
         if (c->corked_bytes < kMaxCorkedBytes) return true;
         c->corked = false;  // enough to be worth a system call of their own
-        if (!flush(*c)) {
-            close_conn(*c, true);
-            return false;
-        }
-        if (!c->queue.empty()) set_want_out(*c, true);
-        return true;
+        if (flush(*c)) return true;
+        close_conn(*c, true);
+        return false;
     }
     if (c->corked) {
         if (write_after_queue(*c, iov, n)) return true;
@@ -241,16 +238,11 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
 bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
     c.corked = false;
     struct iovec all[kMaxIov];
-    int k = 0;
-    size_t off = c.front_off;
-    for (auto it = c.queue.begin(); it != c.queue.end() && k < kMaxIov; ++it, off = 0)
-        all[k++] = {it->data() + off, it->size() - off};
+    int k = gather_queue(c, all, kMaxIov);
     if (k < int(c.queue.size()) || k + n > kMaxIov) {
         // Too many pieces for one call: everything goes through the queue.
         queue_copy(c, iov, n, 0);
-        if (!flush(c)) return false;
-        if (!c.queue.empty()) set_want_out(c, true);
-        return true;
+        return flush(c);
     }
     std::copy_n(iov, n, all + k);
     k += n;
@@ -262,18 +254,7 @@ bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
         w = 0;
     }
-    size_t written = size_t(w);
-    while (!c.queue.empty()) {
-        const size_t left = c.queue.front().size() - c.front_off;
-        if (written < left) {
-            c.front_off += written;
-            written = 0;
-            break;
-        }
-        written -= left;
-        c.queue.pop_front();
-        c.front_off = 0;
-    }
+    const size_t written = consume_queue(c, size_t(w));  // of the new frame
     size_t frame_len = 0;
     for (int i = 0; i < n; ++i) frame_len += iov[i].iov_len;
     if (!c.queue.empty() || written < frame_len) queue_copy(c, iov, n, c.queue.empty() ? written : 0);
@@ -288,10 +269,7 @@ void TcpWire::flush_deferred() {
         corked_.pop_back();
         if (!c->corked) continue;
         c->corked = false;
-        if (!flush(*c))
-            close_conn(*c, true);
-        else if (!c->queue.empty())
-            set_want_out(*c, true);
+        if (!flush(*c)) close_conn(*c, true);
     }
 }
 
@@ -333,32 +311,42 @@ bool TcpWire::watch_fd(Conn &c, uint32_t events, int op) {
     return epoll_ctl(epfd_, op, c.fd, &ev) == 0;
 }
 
+int TcpWire::gather_queue(const Conn &c, struct iovec *iov, int max) {
+    int n = 0;
+    size_t off = c.front_off;
+    for (auto it = c.queue.begin(); it != c.queue.end() && n < max; ++it, off = 0)
+        iov[n++] = {const_cast<char *>(it->data()) + off, it->size() - off};
+    return n;
+}
+
+size_t TcpWire::consume_queue(Conn &c, size_t written) {
+    while (written > 0 && !c.queue.empty()) {
+        const size_t left = c.queue.front().size() - c.front_off;
+        if (written < left) {
+            c.front_off += written;
+            return 0;
+        }
+        written -= left;
+        c.queue.pop_front();
+        c.front_off = 0;
+    }
+    return written;
+}
+
 bool TcpWire::flush(Conn &c) {
     while (!c.queue.empty()) {
         struct iovec iov[kMaxIov];
-        int n = 0;
-        size_t off = c.front_off;
-        for (auto it = c.queue.begin(); it != c.queue.end() && n < kMaxIov; ++it, off = 0)
-            iov[n++] = {it->data() + off, it->size() - off};
         msghdr mh{};
         mh.msg_iov = iov;
-        mh.msg_iovlen = size_t(n);
+        mh.msg_iovlen = size_t(gather_queue(c, iov, kMaxIov));
         ssize_t w = sendmsg(c.fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0) {
             if (errno == EINTR) continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-            return false;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+            set_want_out(c, true);  // the rest leaves when the socket has room
+            return true;
         }
-        while (w > 0) {
-            const size_t left = c.queue.front().size() - c.front_off;
-            if (size_t(w) < left) {
-                c.front_off += size_t(w);
-                break;
-            }
-            w -= ssize_t(left);
-            c.queue.pop_front();
-            c.front_off = 0;
-        }
+        consume_queue(c, size_t(w));
     }
     set_want_out(c, false);
     return true;

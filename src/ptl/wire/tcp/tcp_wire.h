@@ -74,7 +74,13 @@ private:
     void accept_all();
     void on_out_event(Conn &c, uint32_t events);
     int on_in_event(Conn &c, const MessageHandler &handler);
+    // Writes what the socket takes of the queue; the rest waits for EPOLLOUT. False if the
+    // connection failed.
     bool flush(Conn &c);
+    // The queue's unwritten pieces as iovecs (at most max); how many.
+    static int gather_queue(const Conn &c, struct iovec *iov, int max);
+    // Drops `written` bytes from the queue's front; returns how many went beyond it.
+    static size_t consume_queue(Conn &c, size_t written);
     bool send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                     int payload_count, bool deferrable);
     bool write_after_queue(Conn &c, const struct iovec *iov, int n);
