@@ -52,6 +52,18 @@ TEST(PendingTable, ForgedIdsFindNothing) {
     EXPECT_TRUE(t.take(id, &out));
 }
 
+TEST(PendingTable, OnlyThePeerTheOperationWentToMayAnswerIt) {
+    ptl::PendingTable t;
+    const uint64_t id = t.add(op_for(7));  // went to {1, 7}
+    ptl::PendingOp out{};
+    EXPECT_FALSE(t.take_response(id, {1, 8}, &out));  // right id, another process
+    EXPECT_FALSE(t.take_response(id, {2, 7}, &out));  // right pid, another node
+    EXPECT_FALSE(t.empty());                          // still waiting for its real answer
+    ASSERT_TRUE(t.take_response(id, {1, 7}, &out));
+    EXPECT_EQ(out.user_ptr, reinterpret_cast<void *>(7));
+    EXPECT_FALSE(t.take_response(id, {1, 7}, &out));
+}
+
 TEST(PendingTable, SelectListsOldestFirstAcrossReusedSlots) {
     ptl::PendingTable t;
     const uint64_t a = t.add(op_for(1));

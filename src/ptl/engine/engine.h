@@ -157,8 +157,8 @@ private:
     int start_op(TrigKind kind, const DataOpArgs &a);
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
                          ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
-    void on_ack(Ni *ni, const proto::Header &h);
-    void on_reply(Ni *ni, const proto::Header &h, const void *payload, size_t len);
+    void on_ack(Ni *ni, PeerId from, const proto::Header &h);
+    void on_reply(Ni *ni, PeerId from, const proto::Header &h, const void *payload, size_t len);
     void fail_op(Ni *ni, uint64_t id, ptl_ni_fail_t fail);
     void check_dead_peers();
 

@@ -187,9 +187,9 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     return PTL_OK;
 }
 
-void Engine::on_ack(Ni *n, const proto::Header &h) {
+void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
     PendingOp p;
-    if (!n->pending.take(h.op_id, &p)) {
+    if (!n->pending.take_response(h.op_id, from, &p)) {
         n->count(PTL_SR_DROP_COUNT);
         return;
     }
@@ -218,9 +218,9 @@ void Engine::on_ack(Ni *n, const proto::Header &h) {
                     p.ack_req == PTL_ACK_REQ);
 }
 
-void Engine::on_reply(Ni *n, const proto::Header &h, const void *payload, size_t len) {
+void Engine::on_reply(Ni *n, PeerId from, const proto::Header &h, const void *payload, size_t len) {
     PendingOp p;
-    if (!n->pending.take(h.op_id, &p)) {
+    if (!n->pending.take_response(h.op_id, from, &p)) {
         n->count(PTL_SR_DROP_COUNT);
         return;
     }

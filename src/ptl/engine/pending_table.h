@@ -51,14 +51,13 @@ public:
 
     // Removes the operation `id` names into `out`; false if there is none (a stale id).
     bool take(uint64_t id, PendingOp *out) {
-        const uint32_t slot = uint32_t(id), gen = uint32_t(id >> 32);
-        if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].gen != gen) return false;
-        Slot &s = slots_[slot];
-        *out = s.op;
-        s.live = false;
-        free_.push_back(slot);
-        --live_;
-        return true;
+        return take_if(id, out, [](const PendingOp &) { return true; });
+    }
+
+    // As take, for a response: only the peer the operation went to may answer it, so a
+    // response from any other process (a guessed id) leaves the operation waiting.
+    bool take_response(uint64_t id, PeerId from, PendingOp *out) {
+        return take_if(id, out, [from](const PendingOp &op) { return op.peer == from; });
     }
 
     bool empty() const { return live_ == 0; }
@@ -78,6 +77,19 @@ public:
     }
 
 private:
+    template <typename Accept>
+    bool take_if(uint64_t id, PendingOp *out, Accept &&accept) {
+        const uint32_t slot = uint32_t(id), gen = uint32_t(id >> 32);
+        if (slot >= slots_.size() || !slots_[slot].live || slots_[slot].gen != gen) return false;
+        Slot &s = slots_[slot];
+        if (!accept(s.op)) return false;
+        *out = s.op;
+        s.live = false;
+        free_.push_back(slot);
+        --live_;
+        return true;
+    }
+
     struct Slot {
         uint32_t gen = 0;
         bool live = false;

@@ -96,8 +96,8 @@ void Engine::handle_message(const InMessage &m) {
         return;
     }
     switch (h.op) {
-        case proto::kAck: on_ack(n, h); break;
-        case proto::kReply: on_reply(n, h, m.payload, m.payload_len); break;
+        case proto::kAck: on_ack(n, m.from, h); break;
+        case proto::kReply: on_reply(n, m.from, h, m.payload, m.payload_len); break;
         default: on_request(n, m, h); break;
     }
 }
