@@ -1,57 +1,50 @@
 #!/bin/bash
-# UCX that loads the portals component natively (no LD_PRELOAD): builds UCX from the source
-# of the installed version (contrib/ucx-source.sh) with `portals` added to its UCT module
-# list (contrib/ucx-native/*.patch) and the installed UCX's own configure flags, installs it
-# into PREFIX, then builds this project against it and installs libportals4 and
-# libuct_portals.so there (the component into PREFIX/lib/ucx, UCX's module directory).
+# A UCX that loads the portals component natively (no LD_PRELOAD), for any UCX version:
+# builds the UCX tree (contrib/ucx-build.sh: `portals` in its UCT module list, installed
+# into the tree's prefix), then this project against it in _build-ucx-<version>, installed
+# into the same prefix (the component into PREFIX/lib/ucx, UCX's module directory). Prints
+# the prefix. The component's own UCT tests run against that UCX before it is installed.
 #
-#   contrib/build-ucx-native.sh [PREFIX]     default: $PORTALS_UCX_CACHE/ucx-native
+#   contrib/build-ucx-native.sh [--gtest] [installed | UCX-TARBALL | UCX-SOURCE-DIR]
+#                                        default: installed (Debian's source of the installed UCX)
 #   PREFIX/bin/ucx_info -d | grep portals    the component, loaded from the module list
 #   UCX_TLS=portals PREFIX/bin/ucx_perftest ...
 #
-# UCX is rebuilt only when PREFIX lacks it or the patch changed; the project is rebuilt
-# (in _build-native) and reinstalled every time.
+# The UCX tree is cached (see ucx-build.sh); the project is rebuilt and reinstalled each time.
 set -eo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(dirname "$here")
-cache=${PORTALS_UCX_CACHE:-$HOME/.cache/portals-ucx}
-prefix=${1:-$cache/ucx-native}
-mkdir -p "$prefix"
-prefix=$(cd "$prefix" && pwd)
+gtest=()
+[ "${1:-}" = --gtest ] && { gtest=(--gtest); shift; }
+source_arg=${1:-installed}
 
-# shellcheck source=contrib/ucx-tree.sh
-. "$here/ucx-tree.sh"
-src=$("$here/ucx-source.sh")
-stamp="$(basename "$src") $(cat "$here"/ucx-native/*.patch | sha256sum | cut -c1-12)"
-work=$cache/native-build
+dir=$("$here/ucx-build.sh" "${gtest[@]}" "$source_arg")
+prefix=$dir/prefix
+version=$("$prefix/bin/ucx_info" -v | sed -n -e 's/^# Version //p' -e 's/^# Library version: //p')
+build=$top/_build-ucx-$version
 
-if [ "$(cat "$prefix/.portals-ucx-native" 2>/dev/null)" != "$stamp" ]; then
-  echo "build-ucx-native: building $(basename "$src") with portals in its module list into $prefix"
-  ucx_prepare_tree "$work" "$src" "$here"/ucx-native/*.patch
-  ucx_configure_tree "$work" --prefix="$prefix"
-  grep -q '#define uct_MODULES ".*:portals' "$work/build/config.h" ||
-    { echo "build-ucx-native: portals did not make it into uct_MODULES" >&2; exit 1; }
-  make -C "$work/build" -j"$(nproc)" > "$work/make.log" 2>&1 || { tail -40 "$work/make.log"; exit 1; }
-  make -C "$work/build" install > "$work/install.log" 2>&1 || { tail -40 "$work/install.log"; exit 1; }
-  echo "$stamp" > "$prefix/.portals-ucx-native"
-  rm -rf "$work"
+[ -x "$top/configure" ] || (cd "$top" && ./autogen.sh > /dev/null)
+mkdir -p "$build"
+cd "$build"
+# Reconfigured when the tree (its key is in the path) is not the one it was made for.
+if ! grep -qs -- "--with-ucx=$prefix" config.log; then
+  rm -f Makefile
+  "$top/configure" --prefix="$prefix" --with-ucx="$prefix" > configure.log 2>&1 ||
+    { tail -30 configure.log; exit 1; }
 fi
-
-# This project against that UCX: its ucx_info and pkg-config files come first.
-export PATH=$prefix/bin:$PATH
-export PKG_CONFIG_PATH=$prefix/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-[ -x "$top/configure" ] || (cd "$top" && ./autogen.sh)
-mkdir -p "$top/_build-native"
-cd "$top/_build-native"
-[ -f Makefile ] || "$top/configure" --prefix="$prefix" --with-ucx-src="$src" > configure.log 2>&1 ||
-  { tail -30 configure.log; exit 1; }
+grep -q '^S\["BUILD_UCT_TRUE"\]=""' config.status ||
+  { echo "build-ucx-native: configure did not enable the UCT component (see $build/configure.log)" >&2; exit 1; }
 make -j"$(nproc)" > make.log 2>&1 || { tail -40 make.log; exit 1; }
+# The component's own tests against this UCX (with the component just built, not one
+# installed earlier: test/Makefile.inc sets UCX_MODULES).
+make -j"$(nproc)" check TESTS=test/uct_tests > check.log 2>&1 ||
+  { tail -40 check.log; cat test/uct_tests.log 2>/dev/null | tail -40; exit 1; }
 make install > install.log 2>&1 || { tail -40 install.log; exit 1; }
-[ -f "$prefix/lib/ucx/libuct_portals.so" ] ||
+[ -f "$prefix/lib/ucx/libuct_portals.so.0" ] ||
   { echo "build-ucx-native: the component did not land in $prefix/lib/ucx" >&2; exit 1; }
 # The point of it all: that UCX finds the component by itself.
-devices=$(env -u LD_PRELOAD -u UCX_TLS "$prefix/bin/ucx_info" -d)
+devices=$(env -u LD_PRELOAD -u UCX_TLS -u UCX_MODULES "$prefix/bin/ucx_info" -d)
 grep -q 'Transport: portals' <<< "$devices" ||
   { echo "build-ucx-native: $prefix/bin/ucx_info -d does not list portals" >&2; exit 1; }
-echo "build-ucx-native: UCX with portals in its module list is in $prefix"
-echo "  $prefix/bin/ucx_info -d | grep -A4 'Transport: portals'"
+echo "build-ucx-native: UCX $version with the portals component in its module list: $prefix" >&2
+echo "$prefix"

@@ -1,21 +1,27 @@
 #!/bin/sh
-# Everything a newcomer or CI needs: install dependencies, build, run `make check` and UCX's
-# own gtest suite against the component (contrib/ucx-gtest.sh), a UCX that loads the
-# component natively (contrib/build-ucx-native.sh), then the project's suite
-# again under AddressSanitizer + UndefinedBehaviorSanitizer and the threaded tests under
+# Everything a newcomer or CI needs: install dependencies, build, run `make check`; then the
+# UCT component against each UCX it supports (contrib/ucx-check.sh: built against that UCX,
+# loaded natively from its module list, its own tests, ucx_perftest UCT and UCP): the
+# installed 1.13.1 also with UCX's own gtest suite (contrib/ucx-gtest.sh), the newest
+# release (1.22.0, from ../shared/ucx) too; then the project's suite again under
+# AddressSanitizer + UndefinedBehaviorSanitizer and the threaded tests under
 # ThreadSanitizer (separate build trees in _build-*), and a bounded fuzzing run of the tcp
 # wire's input path (contrib/fuzz.sh). make check includes the multi-host tests over
-# network namespaces (root and iproute2; skipped elsewhere).
+# network namespaces (root and iproute2; skipped elsewhere). UCX trees are built once into
+# $PORTALS_UCX_CACHE (default ~/.cache/portals-ucx), keyed on everything that makes them.
 set -e
 cd "$(dirname "$0")/.."
 ./contrib/install-deps.sh
 ./contrib/build.sh
 make -C _build -j"$(nproc)" check
-# UCX's own gtest suite against the component (built once into ~/.cache/portals-ucx).
+./contrib/ucx-check.sh installed
 ./contrib/ucx-gtest.sh ci
-# UCX built with portals in its module list loads the component without LD_PRELOAD (UCX
-# cached in ~/.cache/portals-ucx/ucx-native; the script checks ucx_info lists portals).
-./contrib/build-ucx-native.sh
+releases=${PORTALS_UCX_RELEASES:-../shared/ucx}
+if [ -f "$releases/ucx-1.22.0.tar.gz" ]; then
+  ./contrib/ucx-check.sh "$releases/ucx-1.22.0.tar.gz"
+else
+  echo "test.sh: $releases/ucx-1.22.0.tar.gz not found: the check against UCX 1.22.0 is skipped"
+fi
 make -C _build check-sanitizers
 # The tcp wire's input path under libFuzzer (clang, ASan+UBSan) for a bounded time.
 PTL_FUZZ_SECONDS=${PTL_FUZZ_SECONDS:-60} ./contrib/fuzz.sh

@@ -1,60 +1,34 @@
 #!/bin/bash
 # UCX's own gtest suite against the portals component.
 #
-#   contrib/ucx-gtest.sh build          build it once (cached, ~30 min on 2 cores)
-#   contrib/ucx-gtest.sh run [ARGS]     run it with the module of _build preloaded
+#   contrib/ucx-gtest.sh [--ucx SOURCE] build        build it (cached; ~6 min cold on 2 cores)
+#   contrib/ucx-gtest.sh [--ucx SOURCE] run [ARGS]   run it with gtest ARGS
 #   UCX_GTEST_WRAPPER="gdb --args" contrib/ucx-gtest.sh run ...   run it under a debugger
-#   contrib/ucx-gtest.sh ci             build if needed, run what CI runs (below)
+#   contrib/ucx-gtest.sh [--ucx SOURCE] ci           build if needed, run what CI runs (below)
 #
-# The suite comes from the source package of the installed UCX (contrib/ucx-source.sh),
-# patched to list `portals` among its transports (contrib/ucx-gtest/*.patch), configured
-# with the installed UCX's own configure flags plus --enable-gtest, and built in
-# $PORTALS_UCX_CACHE/ucx-gtest-<version>; the tree is rebuilt when missing or when the
-# patches change. The gtest binary runs on that tree's libraries (same source and flags as
-# the installed ones, so the module built against the installed UCX fits them).
+# SOURCE is what contrib/ucx-build.sh takes: `installed` (default: Debian's source of the
+# installed UCX) or an upstream release tarball or source directory. The suite is built in
+# that version's UCX tree, patched to list portals among its transports
+# (contrib/ucx-patches/<series>/), and runs on that tree's libraries, which load the
+# component natively from the tree's prefix: contrib/build-ucx-native.sh builds this
+# project's current sources against the tree and installs the component there first.
 set -eo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(dirname "$here")
-cache=${PORTALS_UCX_CACHE:-$HOME/.cache/portals-ucx}
-builddir=${PORTALS_BUILD_DIR:-$top/_build}
+source_arg=installed
+[ "${1:-}" = --ucx ] && { source_arg=$2; shift 2; }
 
-# shellcheck source=contrib/ucx-tree.sh
-. "$here/ucx-tree.sh"
-src=$("$here/ucx-source.sh")
-version=$(basename "$src")
-patch_hash=$(cat "$here"/ucx-gtest/*.patch | sha256sum | cut -c1-12)
-dir=$cache/ucx-gtest-${version#ucx-}
-gtest=$dir/build/test/gtest/gtest
-libs=$dir/build/src/ucs/.libs:$dir/build/src/uct/.libs:$dir/build/src/uct/ib/.libs:$dir/build/src/ucm/.libs:$dir/build/src/ucp/.libs
-
-build() {
-  if [ "$(cat "$dir/.built" 2>/dev/null)" = "$patch_hash" ]; then
-    echo "ucx-gtest: cached build in $dir"
-    return
-  fi
-  echo "ucx-gtest: building UCX's gtest in $dir (once)"
-  ucx_prepare_tree "$dir" "$src" "$here"/ucx-gtest/*.patch
-  # Installed like Debian's: its modules directory is the one this tree's libucs searches.
-  ucx_configure_tree "$dir" --prefix=/usr --libdir="$(pkg-config --variable=libdir ucx)" --enable-gtest
-  make -C "$dir/build" -j"$(nproc)" > "$dir/make.log" 2>&1 || { tail -40 "$dir/make.log"; exit 1; }
-  # `all` builds the helper libraries (googletest, test modules) the gtest binary links.
-  # UCX 1.13's tests trip g++ 12 warnings under its -Werror; -O1 halves their build time
-  # (the libraries under test keep their -O3).
-  local tflags=(CXXFLAGS="-O1 -g -Wno-error" CFLAGS="-O1 -g -Wno-error")
-  (make -C "$dir/build/test/gtest" -j"$(nproc)" "${tflags[@]}" all &&
-    make -C "$dir/build/test/gtest" -j"$(nproc)" "${tflags[@]}" gtest) > "$dir/make-gtest.log" 2>&1 ||
-    { tail -40 "$dir/make-gtest.log"; exit 1; }
-  echo "$patch_hash" > "$dir/.built"
+prepare() {
+  prefix=$("$here/build-ucx-native.sh" --gtest "$source_arg")
+  dir=$(dirname "$prefix")
+  gtest=$dir/build/test/gtest/gtest
+  [ -x "$gtest" ] || { echo "ucx-gtest: no $gtest" >&2; exit 1; }
 }
 
 run() {
-  build
-  local module=$builddir/.libs/libuct_portals.so
-  [ -f "$module" ] || { echo "ucx-gtest: no $module; build the project first (contrib/build.sh)" >&2; exit 1; }
   cd "$dir/build/test/gtest"
-  # The tree's own libraries, also if the tree was moved; the module binds to them.
-  UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
-    LD_PRELOAD=$module ${UCX_GTEST_WRAPPER-} "$gtest" "$@"
+  # No preload and no module filter: the tree's UCX loads the component it has installed.
+  env -u LD_PRELOAD -u UCX_MODULES -u UCX_TLS UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn \
+    ${UCX_GTEST_WRAPPER-} "$gtest" "$@"
 }
 
 # What CI runs: every uct test instantiated for portals, and UCP's tag, active message,
@@ -77,12 +51,12 @@ ci_filter='portals/*-portals/test_ucp*:portals/test_tag_mp_xrq.*:portals/test_uc
 ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*:portals/test_ucp_tag_xfer*:portals/test_ucp_tag_nbx*:portals/test_ucp_tag_limits*:portals/test_ucp_tag_mem_type*:portals/test_ucp_fence*:portals/test_ucp_mmap.*:portals/test_ucp_wakeup*:portals/test_ucp_stream*:portals/test_ucp_ep.*:portals/test_ucp_wireup_1sided.*:portals/test_ucp_wireup_2sided.*:portals/test_ucp_wireup_amo.*:portals/test_ucp_wireup_asymmetric.*:portals/test_ucp_proto.*:portals/test_ucp_loopback.*:portals/test_ucp_worker_address_query.*:portals/test_ucp_address_v2.*:portals/test_ucp_peer_failure*:portals/test_ucp_wireup_errh_peer.*:portals/test_ucp_wireup_keepalive.*-portals/test_ucp_peer_failure.*/1:portals/test_ucp_peer_failure.*/3'
 
 case "${1:-}" in
-  build) build ;;
-  run) shift; run "$@" ;;
+  build) prepare ;;
+  run) shift; prepare; run "$@" ;;
   ci)
-    build
+    prepare
     run --gtest_filter="$ci_filter"
     run --gtest_filter="$ci_filter_ucp"
     ;;
-  *) echo "usage: $0 build | run [gtest args] | ci" >&2; exit 2 ;;
+  *) echo "usage: $0 [--ucx SOURCE] build | run [gtest args] | ci" >&2; exit 2 ;;
 esac

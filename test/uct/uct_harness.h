@@ -171,8 +171,12 @@ struct Side {
         ASSERT_EQ(uct_worker_create(async, UCS_THREAD_MODE_SINGLE, &worker), UCS_OK);
         uct_iface_config_t *ic;
         ASSERT_EQ(uct_md_iface_config_read(md, "portals", nullptr, nullptr, &ic), UCS_OK);
-        for (const auto &kv : config)
-            ASSERT_EQ(uct_config_modify(ic, kv.first.c_str(), kv.second.c_str()), UCS_OK);
+        // UCX 1.13 takes the variable's name within the table, later versions its full name.
+        for (const auto &kv : config) {
+            ucs_status_t s = uct_config_modify(ic, kv.first.c_str(), kv.second.c_str());
+            if (s == UCS_ERR_NO_ELEM) s = uct_config_modify(ic, ("PORTALS_" + kv.first).c_str(), kv.second.c_str());
+            ASSERT_EQ(s, UCS_OK) << kv.first;
+        }
         uct_iface_params_t p{};
         p.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
                        UCT_IFACE_PARAM_FIELD_RX_HEADROOM;

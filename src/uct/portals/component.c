@@ -17,7 +17,7 @@ static ucs_config_field_t uct_portals_md_config_table[] = {
      ucs_offsetof(uct_portals_md_config_t, rcache_enable), UCS_CONFIG_TYPE_TERNARY},
 
     {"", "", NULL, ucs_offsetof(uct_portals_md_config_t, rcache),
-     UCS_CONFIG_TYPE_TABLE(uct_md_config_rcache_table)},
+     UCS_CONFIG_TYPE_TABLE(UCT_PORTALS_RCACHE_CONFIG_TABLE)},
 
     {NULL}
 };
@@ -83,6 +83,18 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
 
 static uct_iface_ops_t uct_portals_iface_ops;
 
+/* UCX's own defaults, plus the operations later UCX versions added (ucx_compat.h). */
+static uct_iface_internal_ops_t uct_portals_iface_internal_ops = {
+    UCT_PORTALS_INTERNAL_OPS_QUERY_V2
+    .iface_estimate_perf = uct_base_iface_estimate_perf,
+    .iface_vfs_refresh   = (uct_iface_vfs_refresh_func_t)ucs_empty_function,
+    .ep_query            = (uct_ep_query_func_t)ucs_empty_function_return_unsupported,
+    .ep_invalidate       = (uct_ep_invalidate_func_t)ucs_empty_function_return_unsupported,
+    UCT_PORTALS_INTERNAL_OPS_REACHABLE
+    UCT_PORTALS_INTERNAL_OPS_DEVICE_EP
+    UCT_PORTALS_INTERNAL_OPS_PUT_SGL
+};
+
 static UCS_CLASS_INIT_FUNC(uct_portals_iface_t, uct_md_h md, uct_worker_h worker,
                            const uct_iface_params_t *params,
                            const uct_iface_config_t *tl_config)
@@ -91,7 +103,7 @@ static UCS_CLASS_INIT_FUNC(uct_portals_iface_t, uct_md_h md, uct_worker_h worker
             ucs_derived_of(tl_config, uct_portals_iface_config_t);
 
     UCS_CLASS_CALL_SUPER_INIT(
-            uct_base_iface_t, &uct_portals_iface_ops, &uct_base_iface_internal_ops, md,
+            uct_base_iface_t, &uct_portals_iface_ops, &uct_portals_iface_internal_ops, md,
             worker, params,
             tl_config UCS_STATS_ARG((params->field_mask & UCT_IFACE_PARAM_FIELD_STATS_ROOT) ?
                                             params->stats_root : NULL)
@@ -156,7 +168,7 @@ static uct_iface_ops_t uct_portals_iface_ops = {
     .ep_pending_purge         = uct_portals_ep_pending_purge,
     .ep_flush                 = uct_portals_ep_flush,
     .ep_fence                 = uct_portals_ep_fence,
-    .ep_check                 = ucs_empty_function_return_success,
+    .ep_check                 = (uct_ep_check_func_t)ucs_empty_function_return_success,
     .ep_create                = UCS_CLASS_NEW_FUNC_NAME(uct_portals_ep_t),
     .ep_destroy               = UCS_CLASS_DELETE_FUNC_NAME(uct_portals_ep_t),
     .iface_flush              = uct_portals_iface_flush,
@@ -176,10 +188,11 @@ static uct_iface_ops_t uct_portals_iface_ops = {
 uct_component_t uct_portals_component = {
     .query_md_resources = uct_portals_query_md_resources,
     .md_open            = uct_portals_md_open,
-    .cm_open            = ucs_empty_function_return_unsupported,
+    .cm_open            = (uct_component_cm_open_func_t)ucs_empty_function_return_unsupported,
     .rkey_unpack        = uct_portals_rkey_unpack,
-    .rkey_ptr           = ucs_empty_function_return_unsupported,
+    .rkey_ptr           = (uct_component_rkey_ptr_func_t)ucs_empty_function_return_unsupported,
     .rkey_release       = uct_portals_rkey_release,
+    UCT_PORTALS_COMPONENT_RKEY_COMPARE
     .name               = UCT_PORTALS_NAME,
     .md_config          = {
         .name           = "Portals memory domain",

@@ -30,6 +30,18 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
     return UCS_OK;
 }
 
+// Whether the ep leads to the iface at these addresses (UCP asks before reusing an ep); an
+// address not given is not compared.
+extern "C" int uct_portals_ep_is_connected_to(const uct_ep_h tl_ep, const uct_device_addr_t *dev_addr,
+                                              const uct_iface_addr_t *iface_addr) {
+    const Ep *ep = ep_of(tl_ep);
+    const auto *dev = reinterpret_cast<const uct_portals_device_addr_t *>(dev_addr);
+    const auto *ia = reinterpret_cast<const uct_portals_iface_addr_t *>(iface_addr);
+    return (!dev || dev->nid == ep->peer.phys.nid) &&
+           (!ia || (ia->pid == ep->peer.phys.pid && ia->am_pt == ep->am_pt && ia->tag_pt == ep->tag_pt &&
+                    ia->ctl_pt == ep->ctl_pt));
+}
+
 extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     Ep *ep = uct->impl;
     Iface *f = ep->iface;

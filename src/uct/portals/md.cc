@@ -26,17 +26,10 @@ using namespace uct_portals;
 
 namespace {
 
-ucs_status_t md_query(uct_md_h tl_md, uct_md_attr_t *attr) {
-    attr->cap.flags = UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_NEED_MEMH;
-    attr->cap.reg_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.alloc_mem_types = 0;
-    attr->cap.access_mem_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
-    attr->cap.detect_mem_types = 0;
-    attr->cap.max_alloc = 0;
-    attr->cap.max_reg = ULONG_MAX;
-    attr->rkey_packed_size = sizeof(uct_portals_rkey_t);
-    attr->reg_cost = ucs_derived_of(tl_md, uct_portals_md_t)->reg_cost;
-    std::memset(&attr->local_cpus, 0xff, sizeof(attr->local_cpus));
+ucs_status_t md_query(uct_md_h tl_md, uct_portals_md_attr_t *attr) {
+    uct_portals_md_attr_fill(attr, UCT_MD_FLAG_REG | UCT_MD_FLAG_NEED_RKEY | UCT_MD_FLAG_NEED_MEMH,
+                             UCS_BIT(UCS_MEMORY_TYPE_HOST), sizeof(uct_portals_rkey_t),
+                             ucs_derived_of(tl_md, uct_portals_md_t)->reg_cost);
     return UCS_OK;
 }
 
@@ -60,11 +53,11 @@ ucs_status_t unexpose(const Memh *h) {
     return rc == PTL_OK ? UCS_OK : status_of(rc);
 }
 
-ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p) {
+ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, UCT_PORTALS_MEM_REG_ARGS, uct_mem_h *memh_p) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
     if (!h) return UCS_ERR_NO_MEMORY;
-    const ucs_status_t s = expose(md, address, length, uct_md_reg_log_lvl(flags), h);
+    const ucs_status_t s = expose(md, address, length, uct_md_reg_log_lvl(UCT_PORTALS_MEM_REG_FLAGS), h);
     if (s != UCS_OK) {
         std::free(h);
         return s;
@@ -87,11 +80,12 @@ struct CachedRegion {
     Memh memh;
 };
 
-ucs_status_t cached_mem_reg(uct_md_h tl_md, void *address, size_t length, unsigned flags, uct_mem_h *memh_p) {
+ucs_status_t cached_mem_reg(uct_md_h tl_md, void *address, size_t length, UCT_PORTALS_MEM_REG_ARGS,
+                            uct_mem_h *memh_p) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     ucs_rcache_region_t *region;
-    const ucs_status_t s =
-        ucs_rcache_get(md->rcache, address, length, PROT_READ | PROT_WRITE, &flags, &region);
+    uint64_t flags = UCT_PORTALS_MEM_REG_FLAGS;
+    const ucs_status_t s = uct_portals_rcache_get(md->rcache, address, length, &flags, &region);
     if (s != UCS_OK) return s;
     *memh_p = &ucs_derived_of(region, CachedRegion)->memh;
     return UCS_OK;
@@ -109,7 +103,7 @@ ucs_status_t rcache_reg_cb(void *context, ucs_rcache_t *, void *arg, ucs_rcache_
                            uint16_t rcache_flags) {
     auto *md = static_cast<uct_portals_md_t *>(context);
     auto *region = ucs_derived_of(rregion, CachedRegion);
-    const unsigned flags = *static_cast<unsigned *>(arg);
+    const uint64_t flags = *static_cast<uint64_t *>(arg);
     const ucs_log_level_t fail_lvl =
         (rcache_flags & UCS_RCACHE_MEM_REG_HIDE_ERRORS) ? UCS_LOG_LEVEL_DEBUG : uct_md_reg_log_lvl(flags);
     return expose(md, reinterpret_cast<void *>(rregion->super.start),
@@ -131,10 +125,11 @@ void rcache_dump_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion, char *
 const ucs_rcache_ops_t rcache_ops = {
     .mem_reg = rcache_reg_cb,
     .mem_dereg = rcache_dereg_cb,
+    UCT_PORTALS_RCACHE_OPS_MERGE
     .dump_region = rcache_dump_cb,
 };
 
-ucs_status_t mkey_pack(uct_md_h tl_md, uct_mem_h memh, const uct_md_mkey_pack_params_t *, void *rkey_buffer) {
+ucs_status_t mkey_pack(uct_md_h tl_md, UCT_PORTALS_MKEY_PACK_ARGS, void *rkey_buffer) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     const auto *h = static_cast<const Memh *>(memh);
     uct_portals_rkey_t rk{h->key, h->base, uint32_t(md->rma_pt), 0};
@@ -152,37 +147,20 @@ void md_close(uct_md_h tl_md) {
 }
 
 // UCT calls every md op without a NULL check: what the md does not offer says so.
-ucs_status_t mem_alloc(uct_md_h, size_t *, void **, ucs_memory_type_t, unsigned, const char *, uct_mem_h *) {
-    return UCS_ERR_UNSUPPORTED;
-}
-ucs_status_t mem_free(uct_md_h, uct_mem_h) {
-    return UCS_ERR_UNSUPPORTED;
-}
-ucs_status_t mem_advise(uct_md_h, uct_mem_h, void *, size_t, unsigned) {
-    return UCS_ERR_UNSUPPORTED;
-}
-ucs_status_t mem_query(uct_md_h, const void *, size_t, uct_md_mem_attr_t *) {
-    return UCS_ERR_UNSUPPORTED;
-}
-int is_sockaddr_accessible(uct_md_h, const ucs_sock_addr_t *, uct_sockaddr_accessibility_t) {
-    return 0;
-}
-ucs_status_t detect_memory_type(uct_md_h, const void *, size_t, ucs_memory_type_t *) {
-    return UCS_ERR_UNSUPPORTED;
-}
-
 uct_md_ops_t md_ops = {
     .close = md_close,
     .query = md_query,
-    .mem_alloc = mem_alloc,
-    .mem_free = mem_free,
-    .mem_advise = mem_advise,
+    .mem_alloc = (uct_md_mem_alloc_func_t)ucs_empty_function_return_unsupported,
+    .mem_free = (uct_md_mem_free_func_t)ucs_empty_function_return_unsupported,
+    .mem_advise = (uct_md_mem_advise_func_t)ucs_empty_function_return_unsupported,
     .mem_reg = mem_reg,
     .mem_dereg = mem_dereg,
-    .mem_query = mem_query,
+    .mem_query = (uct_md_mem_query_func_t)ucs_empty_function_return_unsupported,
     .mkey_pack = mkey_pack,
-    .is_sockaddr_accessible = is_sockaddr_accessible,
-    .detect_memory_type = detect_memory_type,
+    UCT_PORTALS_MD_OPS_IS_SOCKADDR_ACCESSIBLE
+    UCT_PORTALS_MD_OPS_MEM_ATTACH
+    .detect_memory_type = (uct_md_detect_memory_type_func_t)ucs_empty_function_return_unsupported,
+    UCT_PORTALS_MD_OPS_MEM_ELEM_PACK
 };
 
 uct_md_ops_t cached_md_ops = [] {
@@ -196,9 +174,8 @@ uct_md_ops_t cached_md_ops = [] {
 ucs_status_t open_rcache(uct_portals_md_t *md, const uct_portals_md_config_t *config) {
     if (config->rcache_enable == UCS_NO) return UCS_OK;
     ucs_rcache_params_t params;
-    uct_md_set_rcache_params(&params, &config->rcache);
+    uct_portals_rcache_params(&params, &config->rcache);
     params.region_struct_size = sizeof(CachedRegion);
-    params.max_alignment = ucs_get_page_size();
     params.ucm_events = UCM_EVENT_VM_UNMAPPED;
     params.context = md;
     params.ops = &rcache_ops;
@@ -213,7 +190,7 @@ ucs_status_t open_rcache(uct_portals_md_t *md, const uct_portals_md_config_t *co
         return UCS_OK;
     }
     md->super.ops = &cached_md_ops;
-    md->reg_cost = ucs_linear_func_make(uct_md_rcache_overhead(&config->rcache), 0);
+    md->reg_cost = ucs_linear_func_make(uct_portals_rcache_overhead(&config->rcache), 0);
     return UCS_OK;
 }
 
@@ -278,8 +255,8 @@ extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, con
     return UCS_OK;
 }
 
-extern "C" ucs_status_t uct_portals_rkey_unpack(uct_component_t *, const void *rkey_buffer,
-                                                uct_rkey_t *rkey_p, void **handle_p) {
+extern "C" ucs_status_t uct_portals_rkey_unpack(uct_component_t *, UCT_PORTALS_RKEY_UNPACK_ARGS, uct_rkey_t *rkey_p,
+                                                void **handle_p) {
     auto *rk = static_cast<uct_portals_rkey_t *>(ucs_malloc(sizeof(uct_portals_rkey_t), "portals rkey"));
     if (!rk) return UCS_ERR_NO_MEMORY;
     std::memcpy(rk, rkey_buffer, sizeof *rk);
@@ -292,6 +269,22 @@ extern "C" ucs_status_t uct_portals_rkey_release(uct_component_t *, uct_rkey_t r
     ucs_free(reinterpret_cast<void *>(rkey));
     return UCS_OK;
 }
+
+#ifdef UCT_PORTALS_HAVE_RKEY_COMPARE
+// Two rkeys are equal when they name the same registration: UCP orders and deduplicates by this.
+extern "C" ucs_status_t uct_portals_rkey_compare(uct_component_t *, uct_rkey_t rkey1, uct_rkey_t rkey2,
+                                                 const uct_rkey_compare_params_t *params, int *result) {
+    if (params->field_mask != 0 || result == nullptr) return UCS_ERR_INVALID_PARAM;
+    const auto *a = reinterpret_cast<const uct_portals_rkey_t *>(rkey1);
+    const auto *b = reinterpret_cast<const uct_portals_rkey_t *>(rkey2);
+    const auto order = [](uint64_t x, uint64_t y) { return (x > y) - (x < y); };
+    int r = order(a->pt, b->pt);
+    if (r == 0) r = order(a->key, b->key);
+    if (r == 0) r = order(a->base, b->base);
+    *result = r;
+    return UCS_OK;
+}
+#endif
 
 // One device per IPv4 interface that is up, like UCX's tcp transport. The engine serves all
 // of them through one physical NI per process (its nid is the address of PTL_IFACE or the

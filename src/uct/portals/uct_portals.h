@@ -8,6 +8,8 @@
 #include <uct/base/uct_iface.h>
 #include <uct/base/uct_md.h>
 
+#include "ucx_compat.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -25,7 +27,7 @@ typedef struct uct_portals_rkey {
 typedef struct uct_portals_md_config {
     uct_md_config_t super;
     int rcache_enable;             /* UCX_PORTALS_RCACHE: yes/no/try */
-    uct_md_rcache_config_t rcache; /* UCX_PORTALS_RCACHE_* */
+    uct_portals_rcache_config_t rcache; /* UCX_PORTALS_RCACHE_* */
 } uct_portals_md_config_t;
 
 typedef struct uct_portals_md {
@@ -85,9 +87,13 @@ ucs_status_t uct_portals_query_md_resources(uct_component_t *component, uct_md_r
                                             unsigned *num_resources_p);
 ucs_status_t uct_portals_md_open(uct_component_t *component, const char *md_name,
                                  const uct_md_config_t *config, uct_md_h *md_p);
-ucs_status_t uct_portals_rkey_unpack(uct_component_t *component, const void *rkey_buffer, uct_rkey_t *rkey_p,
+ucs_status_t uct_portals_rkey_unpack(uct_component_t *component, UCT_PORTALS_RKEY_UNPACK_ARGS, uct_rkey_t *rkey_p,
                                      void **handle_p);
 ucs_status_t uct_portals_rkey_release(uct_component_t *component, uct_rkey_t rkey, void *handle);
+#ifdef UCT_PORTALS_HAVE_RKEY_COMPARE
+ucs_status_t uct_portals_rkey_compare(uct_component_t *component, uct_rkey_t rkey1, uct_rkey_t rkey2,
+                                      const uct_rkey_compare_params_t *params, int *result);
+#endif
 ucs_status_t uct_portals_query_tl_devices(uct_md_h md, uct_tl_device_resource_t **tl_devices_p,
                                           unsigned *num_tl_devices_p);
 
@@ -98,8 +104,6 @@ void uct_portals_iface_cleanup(uct_portals_iface_t *iface);
 ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_attr_t *attr);
 ucs_status_t uct_portals_iface_get_device_address(uct_iface_h tl_iface, uct_device_addr_t *addr);
 ucs_status_t uct_portals_iface_get_address(uct_iface_h tl_iface, uct_iface_addr_t *addr);
-int uct_portals_iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
-                                   const uct_iface_addr_t *iface_addr);
 unsigned uct_portals_iface_progress(uct_iface_h tl_iface);
 ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned flags, uct_completion_t *comp);
 ucs_status_t uct_portals_iface_fence(uct_iface_h tl_iface, unsigned flags);
