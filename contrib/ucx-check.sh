@@ -45,7 +45,7 @@ for t in "am_lat -n 20000" "put_bw -s 65536 -n 2000" "get_bw -s 65536 -n 2000"; 
   say "UCT $t: $(perf -x portals -d lo -t $t)"
 done
 # The client's receives of tag_lat are offloaded once UCP has seen an unexpected message.
-for t in "tag_lat -s 1024 -n 20000" "tag_bw -s 4096 -n 20000"; do
+for t in "tag_lat -s 1024 -n 20000" "tag_bw -s 1024 -n 20000"; do
   # shellcheck disable=SC2086
   out=$(UCX_TLS=portals UCX_NET_DEVICES=lo UCX_PORTALS_STATS=y perf -t $t)
   say "UCP $t: $(grep '^Final:' <<< "$out")"
