@@ -733,6 +733,71 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
         });
 }
 
+// Receives posted into one shared buffer (as bandwidth benchmarks post them) each report
+// their own software rendezvous request: UCP reads the request when the receive is reported,
+// and by then later requests have overwritten the buffer, so it must not come from there.
+// (UCX 1.22's UCP sent a send request's ATS twice and aborted on ucx_perftest tag_bw.)
+TEST(UctPortals, SoftwareRendezvousRequestsIntoOneSharedBufferKeepTheirOwnHeaders) {
+    constexpr int kRequests = 8;
+    const auto request_text = [](int i) { return "software rendezvous request " + std::to_string(i); };
+    run_pair(
+        [&](Channel &c) {  // receiver
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            c.send(s.address().data(), s.address().size());
+            std::vector<char> shared(256, 0);
+            std::deque<Posted> posted(kRequests);
+            for (Posted &p : posted) {
+                uct_iov_t iov{shared.data(), shared.size(), nullptr, shared.size(), 1};
+                ASSERT_EQ(uct_iface_tag_recv_zcopy(s.iface, 0x800, ~0ull, &iov, 1, &p.ctx), UCS_OK);
+            }
+            c.signal("posted");
+            // Without reporting anything, until the last request has landed in the buffer (the
+            // engine's progress thread delivers them): every earlier one is overwritten by then.
+            const std::string last = request_text(kRequests - 1);
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+            const auto landed = [&] {
+                const volatile char *v = shared.data();
+                for (size_t i = 0; i < last.size(); ++i)
+                    if (v[i] != last[i]) return false;
+                return true;
+            };
+            while (!landed()) {
+                ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the requests did not arrive";
+                sched_yield();
+            }
+            ASSERT_TRUE(s.wait([&] {
+                for (const Posted &p : posted)
+                    if (!p.rndv_req) return false;
+                return true;
+            })) << "not every request was reported";
+            for (int i = 0; i < kRequests; ++i) {
+                EXPECT_EQ(posted[size_t(i)].status, UCS_OK);
+                EXPECT_EQ(std::string(posted[size_t(i)].header.begin(), posted[size_t(i)].header.end()),
+                          request_text(i));
+            }
+            c.signal("done");
+            s.close();
+        },
+        [&](Channel &c) {  // sender
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            uct_ep_h ep = s.connect(c.recv());
+            c.expect("posted");
+            for (int i = 0; i < kRequests; ++i) {
+                const std::string text = request_text(i);
+                ASSERT_EQ(uct_ep_tag_rndv_request(ep, 0x800, text.data(), unsigned(text.size()), 0), UCS_OK);
+            }
+            // The receiver reads each request from here: the sends complete once it has.
+            s.flush(ep);
+            c.expect("done");
+            uct_ep_destroy(ep);
+            s.close();
+        });
+}
+
 // Cancelling a posted receive: without force the completion reports UCS_ERR_CANCELED; with
 // force nothing is reported; a forced cancel of a receive that already matched an unreported
 // message turns the message into an unexpected one, so it is not lost.

@@ -21,6 +21,7 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
     }
     op->tx_desc = tx_desc;
     op->length = length;
+    op->fetched_if_expected = kind == MsgKind::TagRndvRequest && length > 0;
     f->tx_owner[size_t(tx_desc)] = op;
     const MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
     const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length, PTL_ACK_REQ,

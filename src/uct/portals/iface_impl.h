@@ -123,6 +123,9 @@ struct Op {
     // sends the target may fetch (truncated at a receiver without a free descriptor)
     int tx_desc = -1;
     bool acked = false, truncated = false, fetched_by_peer = false;
+    // a software rendezvous request: a receiver whose posted receive took it reads it from
+    // our send buffer (see deliver_expected), so it is kept until then
+    bool fetched_if_expected = false;
     // rendezvous: the MEs exposing the data and the announcement (RndvInfo + header)
     ptl_handle_me_t src_me = PTL_INVALID_HANDLE, announce_me = PTL_INVALID_HANDLE;
     char *announcement = nullptr;

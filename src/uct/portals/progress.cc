@@ -186,8 +186,9 @@ void Iface::on_initiator_event(const ptl_event_t &ev) {
     if (op->type == OpType::Send || op->type == OpType::Rndv) {
         op->acked = true;
         // Shorter than sent on an overflow list: it met the receiver's catch-all, and the
-        // receiver fetches it from our send buffer.
-        op->truncated = ev.ptl_list == PTL_OVERFLOW_LIST && ev.mlength < op->length;
+        // receiver fetches it from our send buffer. So does a receiver whose posted receive
+        // took a software rendezvous request.
+        op->truncated = ev.ptl_list == PTL_OVERFLOW_LIST ? ev.mlength < op->length : op->fetched_if_expected;
         // A rendezvous completes when its data is read (on_ctl_event).
         if (op->type == OpType::Send && (!op->truncated || op->fetched_by_peer)) complete_op(op, UCS_OK);
         return;
@@ -227,6 +228,13 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         r.buf.data = static_cast<char *>(ev.start);
         r.buf.length = ev.mlength;
         r.buf.borrowed = true;
+        // UCP reads a software rendezvous request when it is reported, and by then another
+        // message may have landed in the same user buffer (receives sharing one buffer, as
+        // bandwidth benchmarks post them): the request is read from the sender's copy.
+        if (r.msg.kind == MsgKind::TagRndvRequest && ev.rlength > 0) {
+            r.ready = false;
+            fetch_truncated(r);
+        }
         return;
     }
     RxPool &pool = ev.pt_index == am_pt ? am_rx : tag_rx;
@@ -343,7 +351,10 @@ void Iface::deliver_expected(RxEvent &r) {
                               ev.mlength < ev.rlength ? UCS_ERR_MESSAGE_TRUNCATED : UCS_OK);
             return;
         case MsgKind::TagRndvRequest:
-            ctx->rndv_cb(ctx, ev.match_bits, r.buf.data, unsigned(ev.mlength), UCS_OK, 0);
+            // from the sender's copy (on_rx_event), not from the receive buffer
+            ctx->rndv_cb(ctx, ev.match_bits, r.buf.data, unsigned(r.buf.length),
+                         r.buf.data || ev.rlength == 0 ? UCS_OK : UCS_ERR_IO_ERROR, 0);
+            RxPool::release_buf(r.buf);
             return;
         case MsgKind::TagRndv: start_rndv_get(r); return;
         default: ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR); return;

@@ -209,8 +209,9 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     for (RxEvent &r : f->rx_fifo) {
         if (r.ctx != ctx || r.unexpected) continue;
         // A rendezvous left nothing in the buffer: its announcement is fetched from the sender.
+        // A software rendezvous request is already read (or being read) from the sender.
         const bool fetch = r.msg.kind == MsgKind::TagRndv;
-        if (!fetch) {
+        if (!fetch && !r.buf.fetched) {
             RecvBuf b = f->tag_rx.alloc_fetched(r.buf.length);
             if (!b.data) return UCS_ERR_NO_MEMORY;
             if (r.buf.length) std::memcpy(b.data, r.buf.data, r.buf.length);
