@@ -11,18 +11,27 @@
 # $PORTALS_UCX_CACHE (default ~/.cache/portals-ucx), keyed on everything that makes them.
 set -e
 cd "$(dirname "$0")/.."
+start=$(date +%s)
+stage() { echo "== test.sh: $* (at $(($(date +%s) - start)) s)"; }
+stage "dependencies, build"
 ./contrib/install-deps.sh
 ./contrib/build.sh
+stage "make check"
 make -C _build -j"$(nproc)" check
+stage "UCX 1.13.1 (installed): the component natively, ucx_perftest"
 ./contrib/ucx-check.sh installed
+stage "UCX 1.13.1: UCX's gtest"
 ./contrib/ucx-gtest.sh ci
 releases=${PORTALS_UCX_RELEASES:-../shared/ucx}
 if [ -f "$releases/ucx-1.22.0.tar.gz" ]; then
+  stage "UCX 1.22.0: the component natively, ucx_perftest"
   ./contrib/ucx-check.sh "$releases/ucx-1.22.0.tar.gz"
 else
   echo "test.sh: $releases/ucx-1.22.0.tar.gz not found: the check against UCX 1.22.0 is skipped"
 fi
+stage "sanitizers"
 make -C _build check-sanitizers
 # The tcp wire's input path under libFuzzer (clang, ASan+UBSan) for a bounded time.
+stage "fuzzing"
 PTL_FUZZ_SECONDS=${PTL_FUZZ_SECONDS:-60} ./contrib/fuzz.sh
-echo "all tests passed"
+stage "all tests passed"
