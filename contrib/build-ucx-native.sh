@@ -37,7 +37,9 @@ grep -q '^S\["BUILD_UCT_TRUE"\]=""' config.status ||
   { echo "build-ucx-native: configure did not enable the UCT component (see $build/configure.log)" >&2; exit 1; }
 # What is installed, and the component's own tests (not the rest of make check: the
 # engine's suites do not depend on the UCX version).
-make -j"$(nproc)" all test/uct_tests > make.log 2>&1 || { tail -40 make.log; exit 1; }
+# (Two make runs: `all` makes BUILT_SOURCES first and then itself again, which would build
+# the objects test/uct_tests shares with it at the same time.)
+{ make -j"$(nproc)" all && make -j"$(nproc)" test/uct_tests; } > make.log 2>&1 || { tail -40 make.log; exit 1; }
 # With the component just built, not one installed into the prefix earlier.
 abs_top_builddir=$build UCX_MODULES='^portals' ./test/uct_tests > uct_tests.log 2>&1 ||
   { tail -40 uct_tests.log; exit 1; }

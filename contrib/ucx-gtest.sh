@@ -45,10 +45,17 @@ run() {
 #                     its worker in the same process, but RMA targets its memory domain, which
 #                     stays open, so nothing fails; a killed process is detected
 #                     (test/ucp_peer_failure_test.cc, run by test/run_peer_failure.sh)
+#   test_proto_reset.tag_eager_multi_* and eager_sync_multi_* (UCX 1.22)  they set
+#                     RNDV_THRESH=inf to send 70 KB tagged messages as multi-fragment eager and
+#                     restart one caught between fragments; with tag offload (on by default
+#                     here, off by default on UCX's own rc_x/dc_x) such sends go by tag-offload
+#                     rendezvous, which that setting does not govern, in one piece, so none is
+#                     ever caught: the test's premise does not hold (the AM, stream, RMA and
+#                     rendezvous variants run)
 # Not selected because every test skips itself here: test_ucp_sockaddr* (needs a connection
 # manager; portals is a transport).
-ci_filter='portals/*-portals/test_ucp*:portals/test_tag_mp_xrq.*:portals/test_uct_perf.*:portals/test_uct_loopback.*:portals/test_uct_peer_failure_multiple.*'
-ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*:portals/test_ucp_tag_xfer*:portals/test_ucp_tag_nbx*:portals/test_ucp_tag_limits*:portals/test_ucp_tag_mem_type*:portals/test_ucp_fence*:portals/test_ucp_mmap.*:portals/test_ucp_wakeup*:portals/test_ucp_stream*:portals/test_ucp_ep.*:portals/test_ucp_wireup_1sided.*:portals/test_ucp_wireup_2sided.*:portals/test_ucp_wireup_amo.*:portals/test_ucp_wireup_asymmetric.*:portals/test_ucp_proto.*:portals/test_ucp_loopback.*:portals/test_ucp_worker_address_query.*:portals/test_ucp_address_v2.*:portals/test_ucp_peer_failure*:portals/test_ucp_wireup_errh_peer.*:portals/test_ucp_wireup_keepalive.*-portals/test_ucp_peer_failure.*/1:portals/test_ucp_peer_failure.*/3'
+ci_filter='portals/*-portals/test_ucp*:portals/test_proto_reset*:portals/test_tag_mp_xrq.*:portals/test_uct_perf.*:portals/test_uct_loopback.*:portals/test_uct_peer_failure_multiple.*'
+ci_filter_ucp='portals/test_ucp_am*:portals/test_ucp_atomic*:portals/test_ucp_rma*:portals/test_ucp_tag_cancel*:portals/test_ucp_tag_match*:portals/test_ucp_tag_mt*:portals/test_ucp_tag_offload*:portals/test_ucp_tag_probe*:portals/test_ucp_tag_xfer*:portals/test_ucp_tag_nbx*:portals/test_ucp_tag_limits*:portals/test_ucp_tag_mem_type*:portals/test_ucp_fence*:portals/test_ucp_mmap.*:portals/test_ucp_wakeup*:portals/test_ucp_stream*:portals/test_ucp_ep.*:portals/test_ucp_wireup_1sided.*:portals/test_ucp_wireup_2sided.*:portals/test_ucp_wireup_amo.*:portals/test_ucp_wireup_asymmetric.*:portals/test_ucp_proto.*:portals/test_ucp_loopback.*:portals/test_ucp_worker_address_query.*:portals/test_ucp_address_v2.*:portals/test_ucp_peer_failure*:portals/test_ucp_wireup_errh_peer.*:portals/test_ucp_wireup_keepalive.*:portals/test_proto_reset*-portals/test_ucp_peer_failure.*/1:portals/test_ucp_peer_failure.*/3:portals/test_proto_reset.tag_eager_multi_*:portals/test_proto_reset.eager_sync_multi_*'
 
 case "${1:-}" in
   build) prepare ;;

@@ -285,12 +285,30 @@ extern "C" ucs_status_t uct_portals_iface_get_address(uct_iface_h tl_iface, uct_
     return UCS_OK;
 }
 
-// The engine reaches its own node (shm) and, through the tcp wire, any other nid.
+// Why the iface at these addresses cannot be reached, or nullptr if it can. An address a
+// peer packed names a process id below PTL_PID_MAX and three portals of its own, and its
+// nid (an IPv4 address in host order) is ours or reachable over the tcp wire; anything
+// else did not come from a portals iface.
+extern "C" const char *uct_portals_iface_unreachable_reason(const uct_iface_h tl_iface,
+                                                           const uct_device_addr_t *dev_addr,
+                                                           const uct_iface_addr_t *iface_addr) {
+    if (!dev_addr || !iface_addr) return "no device or iface address";
+    const Iface *f = iface_of(tl_iface);
+    const uint32_t nid = reinterpret_cast<const uct_portals_device_addr_t *>(dev_addr)->nid;
+    const auto *a = reinterpret_cast<const uct_portals_iface_addr_t *>(iface_addr);
+    if (a->pid >= PTL_PID_MAX || a->reserved != 0 || a->am_pt == a->tag_pt || a->am_pt == a->ctl_pt ||
+        a->tag_pt == a->ctl_pt)
+        return "not a portals iface address";
+    const bool unicast = nid != 0 && nid != 0xffffffffu && (nid >> 28) != 0xe;
+    if (!unicast) return "device address is not a unicast IPv4 address";
+    if ((nid >> 24) == 127 && nid != f->self.phys.nid) return "loopback address of another host";
+    if (PtlXNidReachable(f->ni, nid) != 1) return "another host, and no tcp wire (PTL_WIRE=shm)";
+    return nullptr;
+}
+
 extern "C" int uct_portals_iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
                                               const uct_iface_addr_t *iface_addr) {
-    if (!dev_addr || !iface_addr) return 0;
-    const auto *d = reinterpret_cast<const uct_portals_device_addr_t *>(dev_addr);
-    return PtlXNidReachable(iface_of(tl_iface)->ni, d->nid) == 1;
+    return uct_portals_iface_unreachable_reason(tl_iface, dev_addr, iface_addr) == nullptr;
 }
 
 extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, uct_completion_t *comp) {

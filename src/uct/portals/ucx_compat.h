@@ -146,17 +146,25 @@ static inline void uct_portals_md_attr_fill(uct_portals_md_attr_t *attr, uint64_
  * address checks of the component (uct_portals_iface_is_reachable, uct_portals_ep_is_connected_to). */
 int uct_portals_iface_is_reachable(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
                                    const uct_iface_addr_t *iface_addr);
+const char *uct_portals_iface_unreachable_reason(const uct_iface_h tl_iface, const uct_device_addr_t *dev_addr,
+                                                 const uct_iface_addr_t *iface_addr);
 int uct_portals_ep_is_connected_to(const uct_ep_h tl_ep, const uct_device_addr_t *dev_addr,
                                    const uct_iface_addr_t *iface_addr);
 #ifdef UCT_PORTALS_HAVE_IFACE_IS_REACHABLE_V2
 static inline int uct_portals_iface_is_reachable_v2(const uct_iface_h tl_iface,
                                                     const uct_iface_is_reachable_params_t *params)
 {
+    const char *reason;
+
     if (!uct_iface_is_reachable_params_addrs_valid(params)) {
         return 0;
     }
-    return uct_portals_iface_is_reachable(tl_iface, params->device_addr, params->iface_addr) &&
-           uct_iface_scope_is_reachable(tl_iface, params);
+    reason = uct_portals_iface_unreachable_reason(tl_iface, params->device_addr, params->iface_addr);
+    if (reason != NULL) {
+        uct_iface_fill_info_str_buf(params, "%s", reason);
+        return 0;
+    }
+    return uct_iface_scope_is_reachable(tl_iface, params);
 }
 
 static inline int uct_portals_ep_is_connected(const uct_ep_h tl_ep, const uct_ep_is_connected_params_t *params)
