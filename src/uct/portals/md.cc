@@ -270,10 +270,9 @@ extern "C" ucs_status_t uct_portals_rkey_release(uct_component_t *, uct_rkey_t r
     return UCS_OK;
 }
 
-#ifdef UCT_PORTALS_HAVE_RKEY_COMPARE
 // Two rkeys are equal when they name the same registration: UCP orders and deduplicates by this.
 extern "C" ucs_status_t uct_portals_rkey_compare(uct_component_t *, uct_rkey_t rkey1, uct_rkey_t rkey2,
-                                                 const uct_rkey_compare_params_t *params, int *result) {
+                                                 const uct_portals_rkey_compare_params_t *params, int *result) {
     if (params->field_mask != 0 || result == nullptr) return UCS_ERR_INVALID_PARAM;
     const auto *a = reinterpret_cast<const uct_portals_rkey_t *>(rkey1);
     const auto *b = reinterpret_cast<const uct_portals_rkey_t *>(rkey2);
@@ -284,7 +283,6 @@ extern "C" ucs_status_t uct_portals_rkey_compare(uct_component_t *, uct_rkey_t r
     *result = r;
     return UCS_OK;
 }
-#endif
 
 // One device per IPv4 interface that is up, like UCX's tcp transport. The engine serves all
 // of them through one physical NI per process (its nid is the address of PTL_IFACE or the

@@ -90,10 +90,8 @@ ucs_status_t uct_portals_md_open(uct_component_t *component, const char *md_name
 ucs_status_t uct_portals_rkey_unpack(uct_component_t *component, UCT_PORTALS_RKEY_UNPACK_ARGS, uct_rkey_t *rkey_p,
                                      void **handle_p);
 ucs_status_t uct_portals_rkey_release(uct_component_t *component, uct_rkey_t rkey, void *handle);
-#ifdef UCT_PORTALS_HAVE_RKEY_COMPARE
 ucs_status_t uct_portals_rkey_compare(uct_component_t *component, uct_rkey_t rkey1, uct_rkey_t rkey2,
-                                      const uct_rkey_compare_params_t *params, int *result);
-#endif
+                                      const uct_portals_rkey_compare_params_t *params, int *result);
 ucs_status_t uct_portals_query_tl_devices(uct_md_h md, uct_tl_device_resource_t **tl_devices_p,
                                           unsigned *num_tl_devices_p);
 

@@ -121,8 +121,12 @@ static inline void uct_portals_md_attr_fill(uct_portals_md_attr_t *attr, uint64_
 
 /* Operations UCX added to its tables later; what the component does not offer says so. */
 #ifdef UCT_PORTALS_HAVE_RKEY_COMPARE
+typedef uct_rkey_compare_params_t uct_portals_rkey_compare_params_t;
 #define UCT_PORTALS_COMPONENT_RKEY_COMPARE .rkey_compare = uct_portals_rkey_compare,
 #else
+typedef struct {
+    uint64_t field_mask;
+} uct_portals_rkey_compare_params_t; /* (rkey comparison is unused before UCX 1.16) */
 #define UCT_PORTALS_COMPONENT_RKEY_COMPARE
 #endif
 #ifdef UCT_PORTALS_HAVE_MD_MEM_ATTACH
