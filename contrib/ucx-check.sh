@@ -40,7 +40,7 @@ perf() {
   out=$(timeout 150 "$here/perftest-pair.sh" "$@" 2>&1) || { echo "$out" | tail -20 >&2; fail "ucx_perftest $*"; }
   echo "$out"
 }
-for t in "am_lat -n 20000" "put_bw -D zcopy -s 65536 -n 2000" "get_bw -D zcopy -s 65536 -n 2000"; do
+for t in "am_lat -n 20000" "put_bw -D zcopy -s 65536 -n 2000" "get -D zcopy -s 65536 -n 2000"; do
   # shellcheck disable=SC2086 # test and its arguments
   out=$(perf -x portals -d lo -t $t)
   say "UCT $t: $(grep '^Final:' <<< "$out")"
