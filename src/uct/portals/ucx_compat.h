@@ -11,6 +11,9 @@
 #include <uct/base/uct_iface.h>
 #include <uct/base/uct_md.h>
 
+#include <string.h>
+#include <sys/mman.h>
+
 /* Registration cache settings: UCX_<MD>_RCACHE_* moved from uct to ucs (1.16). */
 #ifdef UCT_PORTALS_HAVE_UCS_RCACHE_CONFIG
 typedef ucs_rcache_config_t uct_portals_rcache_config_t;
@@ -54,7 +57,7 @@ static inline ucs_status_t uct_portals_rcache_get(ucs_rcache_t *rcache, void *ad
 #endif
 }
 
-/* Regions are never merged with different attributes, so merging needs no work. */
+/* A merged region is registered anew by mem_reg (its Memh with it): nothing to carry over. */
 #ifdef UCT_PORTALS_HAVE_RCACHE_OPS_MERGE
 #define UCT_PORTALS_RCACHE_OPS_MERGE .merge = (void (*)(void *, ucs_rcache_t *, void *, ucs_rcache_region_t *))ucs_empty_function,
 #else
