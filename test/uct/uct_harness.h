@@ -174,7 +174,8 @@ struct Side {
         // UCX 1.13 takes the variable's name within the table, later versions its full name.
         for (const auto &kv : config) {
             ucs_status_t s = uct_config_modify(ic, kv.first.c_str(), kv.second.c_str());
-            if (s == UCS_ERR_NO_ELEM) s = uct_config_modify(ic, ("PORTALS_" + kv.first).c_str(), kv.second.c_str());
+            if (s == UCS_ERR_NO_ELEM)
+                s = uct_config_modify(ic, ("PORTALS_" + kv.first).c_str(), kv.second.c_str());
             ASSERT_EQ(s, UCS_OK) << kv.first;
         }
         uct_iface_params_t p{};

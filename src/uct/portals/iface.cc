@@ -290,8 +290,8 @@ extern "C" ucs_status_t uct_portals_iface_get_address(uct_iface_h tl_iface, uct_
 // nid (an IPv4 address in host order) is ours or reachable over the tcp wire; anything
 // else did not come from a portals iface.
 extern "C" const char *uct_portals_iface_unreachable_reason(const uct_iface_h tl_iface,
-                                                           const uct_device_addr_t *dev_addr,
-                                                           const uct_iface_addr_t *iface_addr) {
+                                                            const uct_device_addr_t *dev_addr,
+                                                            const uct_iface_addr_t *iface_addr) {
     if (!dev_addr || !iface_addr) return "no device or iface address";
     const Iface *f = iface_of(tl_iface);
     const uint32_t nid = reinterpret_cast<const uct_portals_device_addr_t *>(dev_addr)->nid;

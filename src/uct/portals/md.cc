@@ -53,7 +53,8 @@ ucs_status_t unexpose(const Memh *h) {
     return rc == PTL_OK ? UCS_OK : status_of(rc);
 }
 
-ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, UCT_PORTALS_MEM_REG_ARGS, uct_mem_h *memh_p) {
+ucs_status_t mem_reg(uct_md_h tl_md, void *address, size_t length, UCT_PORTALS_MEM_REG_ARGS,
+                     uct_mem_h *memh_p) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
     auto *h = static_cast<Memh *>(std::malloc(sizeof(Memh)));
     if (!h) return UCS_ERR_NO_MEMORY;
@@ -122,12 +123,15 @@ void rcache_dump_cb(void *, ucs_rcache_t *, ucs_rcache_region_t *rregion, char *
     snprintf(buf, max, "key %" PRIu64 " base 0x%" PRIx64, h.key, h.base);
 }
 
+// The ucx_compat.h macros are whole initializers, which clang-format would join.
+// clang-format off
 const ucs_rcache_ops_t rcache_ops = {
     .mem_reg = rcache_reg_cb,
     .mem_dereg = rcache_dereg_cb,
     UCT_PORTALS_RCACHE_OPS_MERGE
     .dump_region = rcache_dump_cb,
 };
+// clang-format on
 
 ucs_status_t mkey_pack(uct_md_h tl_md, UCT_PORTALS_MKEY_PACK_ARGS, void *rkey_buffer) {
     uct_portals_md_t *md = ucs_derived_of(tl_md, uct_portals_md_t);
@@ -147,6 +151,7 @@ void md_close(uct_md_h tl_md) {
 }
 
 // UCT calls every md op without a NULL check: what the md does not offer says so.
+// clang-format off
 uct_md_ops_t md_ops = {
     .close = md_close,
     .query = md_query,
@@ -162,6 +167,7 @@ uct_md_ops_t md_ops = {
     .detect_memory_type = (uct_md_detect_memory_type_func_t)ucs_empty_function_return_unsupported,
     UCT_PORTALS_MD_OPS_MEM_ELEM_PACK
 };
+// clang-format on
 
 uct_md_ops_t cached_md_ops = [] {
     uct_md_ops_t ops = md_ops;
@@ -255,8 +261,8 @@ extern "C" ucs_status_t uct_portals_md_open(uct_component_t *, const char *, con
     return UCS_OK;
 }
 
-extern "C" ucs_status_t uct_portals_rkey_unpack(uct_component_t *, UCT_PORTALS_RKEY_UNPACK_ARGS, uct_rkey_t *rkey_p,
-                                                void **handle_p) {
+extern "C" ucs_status_t uct_portals_rkey_unpack(uct_component_t *, UCT_PORTALS_RKEY_UNPACK_ARGS,
+                                                uct_rkey_t *rkey_p, void **handle_p) {
     auto *rk = static_cast<uct_portals_rkey_t *>(ucs_malloc(sizeof(uct_portals_rkey_t), "portals rkey"));
     if (!rk) return UCS_ERR_NO_MEMORY;
     std::memcpy(rk, rkey_buffer, sizeof *rk);
@@ -272,7 +278,8 @@ extern "C" ucs_status_t uct_portals_rkey_release(uct_component_t *, uct_rkey_t r
 
 // Two rkeys are equal when they name the same registration: UCP orders and deduplicates by this.
 extern "C" ucs_status_t uct_portals_rkey_compare(uct_component_t *, uct_rkey_t rkey1, uct_rkey_t rkey2,
-                                                 const uct_portals_rkey_compare_params_t *params, int *result) {
+                                                 const uct_portals_rkey_compare_params_t *params,
+                                                 int *result) {
     if (params->field_mask != 0 || result == nullptr) return UCS_ERR_INVALID_PARAM;
     const auto *a = reinterpret_cast<const uct_portals_rkey_t *>(rkey1);
     const auto *b = reinterpret_cast<const uct_portals_rkey_t *>(rkey2);
