@@ -82,7 +82,6 @@ static inline void uct_portals_md_attr_fill(uct_portals_md_attr_t *attr, uint64_
     attr->cache_mem_types  = mem_types; /* UCP's own registration cache may keep them */
     attr->rkey_packed_size = rkey_packed_size;
     attr->reg_cost         = reg_cost;
-    attr->reg_alignment    = 1;
 #else
     attr->cap.flags            = flags;
     attr->cap.reg_mem_types    = mem_types;
