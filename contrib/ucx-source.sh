@@ -12,20 +12,8 @@ if [ -f "$tree/src/uct/base/uct_iface.h" ]; then
   echo "$tree"
   exit 0
 fi
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO=sudo
-if ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  echo "ucx-source: adding a deb-src entry (/etc/apt/sources.list.d/portals-ucx-deb-src.sources)" >&2
-  $SUDO sh -c 'cat > /etc/apt/sources.list.d/portals-ucx-deb-src.sources' <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-  $SUDO apt-get update -qq >&2
-fi
-command -v dpkg-source >/dev/null || { $SUDO apt-get update -qq >&2; DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dpkg-dev >&2; }
+. "$(dirname "$0")/deb-src.sh"
+deb_src_ready
 mkdir -p "$cache"
 cd "$cache"
 apt-get source -qq "ucx=$pkgver" >&2 || { $SUDO apt-get update -qq >&2; apt-get source -qq "ucx=$pkgver" >&2; }

@@ -7,10 +7,13 @@
  * lacks (PTL_DIFF, PTL_EVENT_ERROR, the version macros) are appended after its
  * values.
  *
- * Older clients: define PTL_COMPAT_PRE_4_3 before including this header to get
- * the names removed in 4.3 (PTL_INTERRUPTED, PTL_LE_ACK_DISABLE,
- * PTL_ME_ACK_DISABLE).  They are accepted and have no effect: 4.3 targets can no
- * longer suppress acknowledgments, and PTL_INTERRUPTED is never returned.
+ * Older clients: the names removed in 4.3 (PTL_INTERRUPTED, PTL_LE_ACK_DISABLE,
+ * PTL_ME_ACK_DISABLE) are defined, at values no 4.3 name uses, so code written for
+ * earlier headers (Open MPI's portals4 components, GASNet's portals4-conduit) compiles
+ * unchanged.  They are accepted and have no effect: 4.3 targets can no longer
+ * suppress acknowledgments, and PTL_INTERRUPTED is never returned.  Define
+ * PTL_STRICT_4_3 before including this header to leave them out.  (PTL_COMPAT_PRE_4_3,
+ * which used to enable them, is still accepted.)
  */
 #ifndef PORTALS4_H
 #define PORTALS4_H
@@ -43,7 +46,7 @@ enum ptl_retvals {
     PTL_PT_IN_USE = 14,
     PTL_ABORTED = 15
 };
-#ifdef PTL_COMPAT_PRE_4_3
+#ifndef PTL_STRICT_4_3
 #define PTL_INTERRUPTED 16 /* deprecated in 4.3; never returned */
 #endif
 
@@ -175,7 +178,7 @@ typedef unsigned char ptl_datatype_t;
 #define PTL_LE_EVENT_CT_OVERFLOW PTL_ME_EVENT_CT_OVERFLOW
 #define PTL_LE_EVENT_CT_BYTES PTL_ME_EVENT_CT_BYTES
 
-#ifdef PTL_COMPAT_PRE_4_3
+#ifndef PTL_STRICT_4_3
 /* Removed in 4.3 (targets may no longer disable acks); accepted and ignored. */
 #define PTL_ME_ACK_DISABLE (1 << 19)
 #define PTL_LE_ACK_DISABLE PTL_ME_ACK_DISABLE

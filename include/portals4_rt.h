@@ -36,6 +36,19 @@ int ptlrt_barrier(void);
 /* PtlGetPhysId on `ni`, allgather, then PtlSetMap when `ni` is logical; the map is also
  * returned in `map` (size entries) when not NULL. Returns a Portals code or PTL_FAIL. */
 int ptlrt_exchange_ids(ptl_handle_ni_t ni, ptl_process_t *map);
+/* A PMI-1 style key-value space over the same launchers (libportals_runtime's PMI_KVS_* use it;
+ * portals4/pmi.h). A put is seen by its own rank at once and by every rank after the next
+ * ptlrt_kvs_fence, which is also a barrier of all ranks. Keys and values are strings shorter
+ * than the limits. 0 on success, -1 on failure (too long, no launcher, a failed job). */
+const char *ptlrt_kvs_name(void);
+size_t ptlrt_kvs_key_max(void);
+size_t ptlrt_kvs_value_max(void);
+int ptlrt_kvs_put(const char *key, const char *value);
+int ptlrt_kvs_commit(void);
+int ptlrt_kvs_fence(void);
+/* The value's length, with up to len - 1 bytes and a NUL copied to value; -1 if no rank put
+ * key before the last fence. */
+long ptlrt_kvs_get(const char *key, char *value, size_t len);
 /* Leaves the launcher (PMIx_Finalize, PMI finalize); also done at exit. */
 void ptlrt_fini(void);
 

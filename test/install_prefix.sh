@@ -24,7 +24,8 @@ case $moduledir in
   *) grep -q -- '--with-ucx-moduledir' "$b/config.log" ||
        { echo "install_prefix: module directory $moduledir is outside the prefix by default" >&2; exit 1; } ;;
 esac
-for f in lib/libportals4.so lib/libportals.so include/portals4.h lib/pkgconfig/portals4.pc bin/ptlrun; do
+for f in lib/libportals4.so lib/libportals.so include/portals4.h lib/pkgconfig/portals4.pc bin/ptlrun \
+  include/portals4/pmi.h lib/libportals_runtime.so; do
   [ -e "$stage$prefix/$f" ] || { echo "install_prefix: $prefix/$f was not installed" >&2; exit 1; }
 done
 if grep -q '^S\["BUILD_UCT_TRUE"\]=""' "$b/config.status"; then
@@ -44,4 +45,9 @@ C
 # shellcheck disable=SC2086 # flag lists
 ${CC:-cc} ${SANITIZE_FLAGS:-} $cflags "$stage/client.c" $libs -o "$stage/client"
 LD_LIBRARY_PATH="$stage$prefix/lib" "$stage/client"
+# A client of the reference implementation's runtime, built with only -I/-L of the prefix as
+# GASNet's and SOS's configure --with-portals4=PREFIX do.
+${CC:-cc} ${SANITIZE_FLAGS:-} -I"$stage$prefix/include" "$(dirname "$0")/pmi_client.c" -L"$stage$prefix/lib" \
+  -lportals_runtime -lportals -o "$stage/pmi_client"
+env -u PTLRT_SHM -u PMIX_RANK -u PMI_FD LD_LIBRARY_PATH="$stage$prefix/lib" "$stage/pmi_client" 1 none >/dev/null
 echo "install_prefix: make install DESTDIR stays within $prefix (component in $moduledir)"

@@ -1,6 +1,6 @@
 /* A C99 client written against the reference portals4.h: names, types, switch labels and
  * the calling patterns of SHMEM/MPI clients. Compiled with -Werror by
- * compat_reference_header.sh, with and without PTL_COMPAT_PRE_4_3, and run. */
+ * compat_reference_header.sh, with and without PTL_STRICT_4_3, and run. */
 #include <portals4.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +32,7 @@ int main(void) {
     ptl_ct_event_t cte;
     long target = 0, source = 5;
     int rc;
-#ifdef PTL_COMPAT_PRE_4_3
+#ifndef PTL_STRICT_4_3
     unsigned old_opts = PTL_LE_ACK_DISABLE;
     int old_rc = PTL_INTERRUPTED;
     (void)old_opts;

@@ -38,6 +38,7 @@ public:
             return false;
         }
         vallen_max_ = std::strtoul(r["vallen_max"].c_str(), nullptr, 10);
+        keylen_max_ = std::strtoul(r["keylen_max"].c_str(), nullptr, 10);
         if (!request("cmd=get_my_kvsname", "my_kvsname", r) || r["kvsname"].empty()) {
             why = "PMI-1 get_my_kvsname failed (" + describe(r) + ")";
             return false;
@@ -59,6 +60,28 @@ public:
     bool barrier() override {
         Reply r;
         return request("cmd=barrier_in", "barrier_out", r);
+    }
+
+    // The server's own key-value space: what PMI-1 clients of Hydra expect.
+    std::string kvs_name() const override { return kvs_; }
+    size_t kvs_key_max() const override { return keylen_max_; }
+    size_t kvs_value_max() const override { return vallen_max_; }
+    bool kvs_put(const std::string &key, const std::string &value) override {
+        // The wire separates fields by spaces and requests by newlines.
+        if (key.find_first_of(" \n=") != std::string::npos || value.find_first_of(" \n") != std::string::npos)
+            return false;
+        Reply r;
+        return request("cmd=put kvsname=" + kvs_ + " key=" + key + " value=" + value, "put_result", r) &&
+               r["rc"] == "0";
+    }
+    bool kvs_fence() override { return barrier(); }
+    bool kvs_get(const std::string &key, std::string &value) override {
+        Reply r;
+        if (key.find_first_of(" \n=") != std::string::npos ||
+            !request("cmd=get kvsname=" + kvs_ + " key=" + key, "get_result", r) || r["rc"] != "0")
+            return false;
+        value = r["value"];
+        return true;
     }
 
     bool allgather(const void *in, void *out, size_t len) override {
@@ -167,6 +190,7 @@ private:
     int fd_;
     bool initialized_ = false;
     size_t vallen_max_ = 0;
+    size_t keylen_max_ = 0;
     std::string kvs_;
     std::string pending_;
     int rank_ = -1;

@@ -82,6 +82,38 @@ public:
 
     bool barrier() override { return fence(false); }
 
+    // PMIx's own store. PMI-1 keys do not name the rank that put them and ORTE's server does not
+    // answer PMIX_RANK_UNDEF for rank data, so kvs_get asks each rank's data in turn, from what
+    // the last fence collected only (PMIX_OPTIONAL): a missing key fails at once.
+    std::string kvs_name() const override { return me_.nspace; }
+    size_t kvs_key_max() const override { return PMIX_MAX_KEYLEN; }
+    bool kvs_put(const std::string &key, const std::string &value) override {
+        pmix_value_t v{};
+        v.type = PMIX_STRING;
+        v.data.string = const_cast<char *>(value.c_str());
+        return pmix_.put(PMIX_GLOBAL, key.c_str(), &v) == PMIX_SUCCESS;
+    }
+    bool kvs_commit() override { return pmix_.commit() == PMIX_SUCCESS; }
+    bool kvs_fence() override { return pmix_.commit() == PMIX_SUCCESS && fence(true); }
+    bool kvs_get(const std::string &key, std::string &value) override {
+        pmix_info_t info{};
+        std::strncpy(info.key, PMIX_OPTIONAL, PMIX_MAX_KEYLEN);
+        info.value.type = PMIX_BOOL;
+        info.value.data.flag = true;
+        for (int i = 0; i < size_; ++i) {
+            pmix_proc_t peer = me_;
+            peer.rank = pmix_rank_t((int(me_.rank) + i) % size_);  // its own puts first
+            pmix_value_t *v = nullptr;
+            if (pmix_.get(&peer, key.c_str(), &info, 1, &v) != PMIX_SUCCESS || !v) continue;
+            const bool ok = v->type == PMIX_STRING && v->data.string;
+            if (ok) value = v->data.string;
+            if (v->type == PMIX_STRING) std::free(v->data.string);
+            std::free(v);
+            if (ok) return true;
+        }
+        return false;
+    }
+
     bool allgather(const void *in, void *out, size_t len) override {
         // Keys are never reused: a later round must not read an earlier round's cached value.
         const std::string key = "ptlrt." + std::to_string(round_++);

@@ -1,4 +1,5 @@
 // portals4_rt.h: picks the launcher the program was started by and forwards to it.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,10 +49,12 @@ RT_API int ptlrt_init(void) {
         g_launcher = ptl::rt::open_pmix_launcher(why);
     } else if (which == "pmi1") {
         g_launcher = ptl::rt::open_pmi1_launcher(why);
-    } else if (which != "none") {
+    } else if (which == "none") {
+        g_launcher = ptl::rt::open_singleton_launcher();
+    } else {
         why = "PTLRT_LAUNCHER='" + which + "' is not one of auto, ptlrun, pmix, pmi1, none";
     }
-    if (!g_launcher && which != "none") {
+    if (!g_launcher) {
         std::fprintf(stderr, "portals4 runtime (%s): %s\n", which.c_str(), why.c_str());
         return -1;
     }
@@ -99,6 +102,41 @@ RT_API int ptlrt_exchange_ids(ptl_handle_ni_t ni, ptl_process_t *map_out) {
     rc = PtlGetMap(ni, 0, &probe, &n);
     if (rc == PTL_ARG_INVALID) return PTL_OK;
     return PtlSetMap(ni, map.size(), map.data());
+}
+
+RT_API const char *ptlrt_kvs_name(void) {
+    static std::string name;
+    name = g_launcher ? g_launcher->kvs_name() : "";
+    return name.c_str();
+}
+RT_API size_t ptlrt_kvs_key_max(void) {
+    return g_launcher ? g_launcher->kvs_key_max() : 0;
+}
+RT_API size_t ptlrt_kvs_value_max(void) {
+    return g_launcher ? g_launcher->kvs_value_max() : 0;
+}
+
+RT_API int ptlrt_kvs_put(const char *key, const char *value) {
+    if (!g_launcher || !key || !value || !*key) return -1;
+    if (std::strlen(key) >= g_launcher->kvs_key_max() || std::strlen(value) >= g_launcher->kvs_value_max())
+        return -1;
+    return g_launcher->kvs_put(key, value) ? 0 : -1;
+}
+RT_API int ptlrt_kvs_commit(void) {
+    return g_launcher && g_launcher->kvs_commit() ? 0 : -1;
+}
+RT_API int ptlrt_kvs_fence(void) {
+    return g_launcher && g_launcher->kvs_fence() ? 0 : -1;
+}
+RT_API long ptlrt_kvs_get(const char *key, char *value, size_t len) {
+    std::string v;
+    if (!g_launcher || !key || !g_launcher->kvs_get(key, v)) return -1;
+    if (value && len) {
+        const size_t n = std::min(v.size(), len - 1);
+        std::memcpy(value, v.data(), n);
+        value[n] = 0;
+    }
+    return long(v.size());
 }
 
 RT_API void ptlrt_fini(void) {
