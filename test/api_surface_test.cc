@@ -264,6 +264,12 @@ TEST(Abort_F03, WakesWaitersAndSticks) {
     EXPECT_EQ(PtlEQGet(eq, &ev), PTL_EQ_EMPTY);  // non-blocking calls are unaffected
     EXPECT_EQ(PtlEQFree(eq), PTL_OK);           // T6: waiters have left
     EXPECT_EQ(PtlCTFree(ct), PTL_OK);
+    // T5: every later wait returns PTL_ABORTED at once, even on the handles just freed (the
+    // reference implementation's abort tests wait on them again).
+    EXPECT_EQ(PtlEQWait(eq, &ev), PTL_ABORTED);
+    EXPECT_EQ(PtlEQPoll(&eq, 1, 1000, &ev, &w), PTL_ABORTED);
+    EXPECT_EQ(PtlCTWait(ct, 1, &v), PTL_ABORTED);
+    EXPECT_EQ(PtlCTPoll(&ct, &t, 1, 1000, &v, &w), PTL_ABORTED);
     EXPECT_EQ(PtlNIFini(ni), PTL_OK);
     PtlFini();
 }

@@ -433,6 +433,30 @@ TEST_F(Lists, AllocDisabledPTAcceptsNothingUntilEnabled) {
     EXPECT_EQ(next_event(md_eq_).ni_fail_type, PTL_NI_PT_DISABLED);
 }
 
+// F10: PTL_PT_ONLY_USE_ONCE / PTL_PT_ONLY_TRUNCATE are the client's promises; a client that breaks
+// them (Open MPI's mtl appends persistent entries to such a PT) is served like the reference
+// implementation serves it: the entry is accepted and behaves as its own options say.
+TEST_F(Lists, F10_EntriesBreakingOnlyUseOnceAndOnlyTruncateAreAcceptedAndKeepTheirOptions) {
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_ONLY_USE_ONCE | PTL_PT_ONLY_TRUNCATE, eq_, PTL_PT_ANY, &pt), PTL_OK);
+    char small[4], persistent[64];
+    append(pt, me_desc(small, sizeof small, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_NO_TRUNCATE), PTL_PRIORITY_LIST,
+           (void *)1);
+    append(pt, me_desc(persistent, sizeof persistent, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST,
+           (void *)2);
+    for (int i = 0; i < 2; ++i) {
+        ASSERT_EQ(PtlPut(md_, 0, 16, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+        ptl_event_t ev = next_non_link(eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+        EXPECT_EQ(ev.user_ptr, (void *)2) << "the no-truncate entry is too small for 16 bytes";
+        EXPECT_EQ(ev.mlength, 16u);
+    }
+    ASSERT_EQ(PtlPut(md_, 0, 2, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
+    ptl_event_t ev = next_non_link(eq_);
+    EXPECT_EQ(ev.user_ptr, (void *)1);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+}
+
 TEST_F(Lists, EV_SuppressionFlags_T16) {
     char buf[8];
     ptl_handle_ct_t ct;

@@ -26,6 +26,10 @@ Config Config::from_env() {
     if (const char *p = std::getenv("PTL_PROGRESS")) c.progress_thread = std::strcmp(p, "manual") != 0;
     c.progress_cpu = int(env_long("PTL_PROGRESS_CPU", -1));
     c.wait_spin_us = env_long("PTL_WAIT_SPIN_US", c.wait_spin_us);
+    if (const char *y = std::getenv("PTL_WAIT_YIELD"); y && *y)
+        c.wait_yield = std::strcmp(y, "always") == 0  ? YieldMode::Always
+                       : std::strcmp(y, "never") == 0 ? YieldMode::Never
+                                                      : YieldMode::Auto;
     c.rndv_threshold = uint64_t(env_long("PTL_RNDV_THRESH", long(c.rndv_threshold)));
     c.shm_cells = uint32_t(env_long("PTL_SHM_CELLS", c.shm_cells));
     if (c.shm_cells < 64 || (c.shm_cells & (c.shm_cells - 1))) c.shm_cells = 4096;
@@ -33,6 +37,8 @@ Config Config::from_env() {
     if (c.shm_cell_size < 128 || c.shm_cell_size % 64) c.shm_cell_size = 256;
     c.notify_drops = env_bool("PTL_NOTIFY_DROPS", false);
     c.liveness_ms = env_long("PTL_LIVENESS_MS", c.liveness_ms);
+    c.flowctrl_grace_ms = env_long("PTL_FLOWCTRL_GRACE_MS", c.flowctrl_grace_ms);
+    if (c.flowctrl_grace_ms < 0) c.flowctrl_grace_ms = 0;
     if (const char *i = std::getenv("PTL_IFACE")) c.iface = i;
     if (const char *w = std::getenv("PTL_WIRE"); w && *w) {
         c.wire_name = w;

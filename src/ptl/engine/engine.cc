@@ -1,5 +1,7 @@
 #include "engine.h"
 
+#include <sched.h>
+
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -99,6 +101,7 @@ int Engine::init() {
     if (init_refs_.load() == 0) {
         // A fresh initialization after the final PtlFini starts un-aborted (I-list 20).
         cfg_ = Config::from_env();
+        backoff_.set_mode(cfg_.wait_yield);
         aborted_.store(false);
     }
     init_refs_.fetch_add(1, std::memory_order_release);
@@ -585,15 +588,28 @@ int Engine::eq_get(ptl_handle_eq_t h, ptl_event_t *ev) {
     if (e->waiters) return PTL_EQ_EMPTY;  // a blocked PtlEQWait has priority (§3.13.7)
     // Events already queued are returned as they are: a caller draining the EQ drives the
     // wires once, when it finds it empty, not once per event.
-    if (e->count) return e->pop(ev);
+    if (e->count) {
+        backoff_.reset();
+        return e->pop(ev);
+    }
     progress_locked();
     if (!(e = eq_of(h))) return PTL_ARG_INVALID;
     if (e->waiters) return PTL_EQ_EMPTY;
-    return e->pop(ev);
+    const int rc = e->pop(ev);
+    if (rc == PTL_EQ_EMPTY) {
+        lk.unlock();
+        backoff_.empty_poll();
+    } else {
+        backoff_.reset();
+    }
+    return rc;
 }
 
 int Engine::eq_poll(const ptl_handle_eq_t *hs, unsigned size, ptl_time_t timeout, ptl_event_t *ev,
                     unsigned *which) {
+    // After PtlAbort every wait returns at once (T5), whatever it is given: clients free their
+    // EQs and CTs while leaving and may still wait on a freed handle.
+    if (aborted()) return PTL_ABORTED;
     Lock lk(mu_);
     if (!hs || size == 0 || !ev) return PTL_ARG_INVALID;
     SmallVec<Eq *, 4> eqs(size);
@@ -610,7 +626,13 @@ int Engine::eq_poll(const ptl_handle_eq_t *hs, unsigned size, ptl_time_t timeout
         return -1;
     });
     for (Eq *e : eqs) --e->refs, --e->waiters;
-    return rc == -2 ? PTL_EQ_EMPTY : rc;
+    lk.unlock();
+    if (rc == -2) {
+        if (timeout == 0) backoff_.empty_poll();  // a polling loop's empty turn
+        return PTL_EQ_EMPTY;
+    }
+    backoff_.reset();
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -671,11 +693,24 @@ int Engine::ct_get(ptl_handle_ct_t h, ptl_ct_event_t *ev) {
     Ct *c = ct_of(h);
     if (!c) return PTL_ARG_INVALID;
     *ev = c->value();
+    lk.unlock();
+    // A PtlCTGet loop waits for a value this call cannot know: reading the same counter
+    // unchanged is its empty turn.
+    static thread_local ptl_handle_ct_t last_h = PTL_INVALID_HANDLE;
+    static thread_local ptl_ct_event_t last_v{};
+    if (h == last_h && ev->success == last_v.success && ev->failure == last_v.failure) {
+        backoff_.empty_poll();
+    } else {
+        backoff_.reset();
+        last_h = h;
+        last_v = *ev;
+    }
     return PTL_OK;
 }
 
 int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned size, ptl_time_t timeout,
                     ptl_ct_event_t *ev, unsigned *which) {
+    if (aborted()) return PTL_ABORTED;  // T5, as in eq_poll
     Lock lk(mu_);
     if (!hs || !tests || size == 0 || !ev) return PTL_ARG_INVALID;
     SmallVec<Ct *, 4> cts(size);
@@ -694,7 +729,13 @@ int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned
         return -1;
     });
     for (Ct *c : cts) --c->refs;
-    return rc == -2 ? PTL_CT_NONE_REACHED : rc;
+    lk.unlock();
+    if (rc == -2) {
+        if (timeout == 0) backoff_.empty_poll();
+        return PTL_CT_NONE_REACHED;
+    }
+    backoff_.reset();
+    return rc;
 }
 
 int Engine::ct_set(ptl_handle_ct_t h, ptl_ct_event_t v) {
@@ -841,11 +882,16 @@ int Engine::progress_locked(uint64_t now_ns) {
     if (!phys_open_) return 0;
     const uint64_t t = now_ns ? (coarse_now_ns_ = std::max(coarse_now_ns_, now_ns)) : coarse_now();
     int work = 0;
-    work += loop_->progress(deliver_);
-    work += shm_->progress(deliver_);
-    if (tcp_) {
-        work += tcp_->progress(deliver_, t);
-        if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
+    if (!held_.empty()) work += replay_held(t);
+    // While messages are held nothing new is taken from the wires: their senders wait, and
+    // messages keep their order.
+    if (held_.empty()) {
+        work += loop_->progress(deliver_);
+        work += shm_->progress(deliver_);
+        if (tcp_) {
+            work += tcp_->progress(deliver_, t);
+            if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
+        }
     }
     if (!in_triggers_) run_triggers();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
@@ -899,7 +945,10 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
                 active_pollers_.fetch_add(1);
             }
             lk.unlock();
-            cpu_relax();
+            if (backoff_.should_yield())
+                sched_yield();
+            else
+                cpu_relax();
             lk.lock();
             continue;
         }

@@ -17,6 +17,8 @@
 
 #include "../wire/wire.h"
 #include "config.h"
+#include "held_messages.h"
+#include "idle_backoff.h"
 #include "ni.h"
 #include "protocol.h"
 #include "triggered.h"
@@ -129,6 +131,11 @@ private:
     int progress_locked(uint64_t now_ns = 0);
     uint64_t coarse_now();
     void handle_message(const InMessage &m);
+    void process_message(const InMessage &m);
+    // Retries held messages in order (held_messages.h); returns how many were processed.
+    int replay_held(uint64_t now_ns);
+    // In on_request: whether this message may still be held instead of triggering flow control.
+    bool hold_instead_of_flow_control();
     Wire *wire_for(PeerId p);
     // No wire reaches it (unreachable node) or its wire saw it die: operations to it fail.
     bool peer_gone(PeerId p);
@@ -179,6 +186,7 @@ private:
     int wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready);
 
     Config cfg_;
+    IdleBackoff backoff_;
     mutable std::mutex mu_;
     std::atomic<int> init_refs_{0};
     std::atomic<bool> aborted_{false};
@@ -208,6 +216,9 @@ private:
     MessageHandler deliver_;  // handle_message, built once
     std::unique_ptr<class ProgressThread> progress_thread_;
     bool in_triggers_ = false;
+    HeldMessages held_;
+    bool hold_allowed_ = false;    // the message being processed may be held
+    bool hold_requested_ = false;  // on_request put it off
     std::vector<Ct *> changed_cts_;
 };
 

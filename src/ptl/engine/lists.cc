@@ -104,10 +104,11 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     auto e = n->entries.make();
     if (int rc = prepare_entry(*n, pti, *d, is_me, *e); rc != PTL_OK) return rc;
     Pt &pt = n->pts[pti];
-    if (list == PTL_PRIORITY_LIST) {
-        if ((pt.options & PTL_PT_ONLY_USE_ONCE) && !(d->options & PTL_ME_USE_ONCE)) return PTL_ARG_INVALID;
-        if ((pt.options & PTL_PT_ONLY_TRUNCATE) && (d->options & PTL_ME_NO_TRUNCATE)) return PTL_ARG_INVALID;
-    }
+    // PTL_PT_ONLY_USE_ONCE and PTL_PT_ONLY_TRUNCATE promise what the priority list will hold so
+    // that hardware may take shortcuts. This engine takes none, so an entry that breaks the
+    // promise is matched exactly as the spec says for its own options, and it is accepted, as
+    // the reference implementation does: Open MPI's mtl allocates its receive portal with both
+    // options and then appends persistent entries to it.
     if (pt.lists[list].size >= uint32_t(n->limits.max_list_size)) return PTL_LIST_TOO_LONG;
     free_zombies(n);
     e->user_ptr = user_ptr;

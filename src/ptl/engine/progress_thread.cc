@@ -82,12 +82,23 @@ void ProgressThread::run(int cpu, int caller_cpu) {
     int idle = 0;
     while (!stop_.load(std::memory_order_acquire)) {
         int work;
-        bool backlog;
+        bool backlog, held;
         {
             std::lock_guard<std::mutex> g(engine_.mu_);
             work = engine_.progress_locked(monotonic_ns());
             backlog =
                 (engine_.shm_ && engine_.shm_->has_backlog()) || (engine_.loop_ && engine_.loop_->pending());
+            held = !engine_.held_.empty();
+        }
+        if (held && !work) {
+            // Held messages wait for the application to drain an event queue (or for their
+            // grace to end); the rings are not read meanwhile, so traffic would not wake us.
+            const uint32_t v = park_word_.load(std::memory_order_acquire);
+            struct timespec ts {
+                0, 200 * 1000
+            };
+            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+            continue;
         }
         if (work || backlog) {
             idle = 0;

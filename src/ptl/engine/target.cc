@@ -75,6 +75,40 @@ void Engine::count_malformed(uint64_t amount) {
 }
 
 void Engine::handle_message(const InMessage &m) {
+    if (!held_.empty()) {  // behind the held ones: messages are processed in arrival order
+        held_.push(m, 0);
+        return;
+    }
+    hold_allowed_ = cfg_.flowctrl_grace_ms > 0;
+    hold_requested_ = false;
+    process_message(m);
+    if (hold_requested_) held_.push(m, coarse_now());
+}
+
+int Engine::replay_held(uint64_t now_ns) {
+    int work = 0;
+    while (!held_.empty()) {
+        const uint64_t held_at = held_.front_held_at_ns();
+        hold_allowed_ = held_at == 0 || now_ns - held_at < uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
+        hold_requested_ = false;
+        process_message(held_.front());
+        if (hold_requested_) {
+            if (held_at == 0) held_.set_front_held_at(now_ns);
+            break;
+        }
+        held_.pop();
+        ++work;
+    }
+    return work;
+}
+
+bool Engine::hold_instead_of_flow_control() {
+    if (!hold_allowed_) return false;
+    hold_requested_ = true;
+    return true;
+}
+
+void Engine::process_message(const InMessage &m) {
     proto::Header h;
     if (m.header_len != sizeof h) {
         count_malformed();
@@ -195,10 +229,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         refuse(PTL_NI_PT_DISABLED);
     };
     if (!e) {
-        if (pt.options & PTL_PT_FLOWCTRL)
-            disable_pt(nullptr);
-        else
+        if (!(pt.options & PTL_PT_FLOWCTRL))
             silent_drop();
+        else if (!hold_instead_of_flow_control())
+            disable_pt(nullptr);
         return;
     }
 
@@ -218,16 +252,16 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     }
     const bool keep_header = list == PTL_OVERFLOW_LIST && !(e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
     if (keep_header && n->unexpected >= uint32_t(n->limits.max_unexpected_headers)) {
-        if (pt.options & PTL_PT_FLOWCTRL)
-            disable_pt(e);
-        else
+        if (!(pt.options & PTL_PT_FLOWCTRL))
             silent_drop();
+        else if (!hold_instead_of_flow_control())
+            disable_pt(e);
         return;
     }
     const ptl_event_kind_t kind = comm_kind(op);
     if ((pt.options & PTL_PT_FLOWCTRL) && pt.eq && entry_allows_full(*e, kind, true) &&
         !pt.eq->has_room_for_regular()) {
-        disable_pt(e);
+        if (!hold_instead_of_flow_control()) disable_pt(e);
         return;
     }
 
