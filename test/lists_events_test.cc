@@ -475,7 +475,49 @@ TEST_F(Lists, EV_SuppressionFlags_T16) {
     EXPECT_TRUE(eq_empty(md_eq_));
 }
 
-TEST_F(Lists, EQ1_OverflowDropsOldestAndReportsDropped) {
+// The same, with PTL_EQ_GROW_MAX set before PtlInit: how far a full EQ may grow instead of
+// overwriting (0: never, the strict §3.13 behaviour).
+class ListsEqGrowth : public Lists {
+protected:
+    void grow_max(const char *v) { setenv("PTL_EQ_GROW_MAX", v, 1); }
+    void TearDown() override {
+        Lists::TearDown();
+        unsetenv("PTL_EQ_GROW_MAX");
+    }
+};
+class ListsNoEqGrowth : public ListsEqGrowth {
+protected:
+    void SetUp() override {
+        grow_max("0");
+        Lists::SetUp();
+    }
+};
+class ListsEqGrowsToFour : public ListsEqGrowth {
+protected:
+    void SetUp() override {
+        grow_max("4");
+        Lists::SetUp();
+    }
+};
+
+// EQ1 allows keeping more than `count` ("overwritten ... in most situations"): a full EQ doubles
+// up to PTL_EQ_GROW_MAX events, losing nothing, and only then overwrites the oldest.
+TEST_F(ListsEqGrowsToFour, EQ1_FullQueueGrowsToTheLimitThenDropsOldest) {
+    ptl_handle_eq_t eq;
+    ptl_pt_index_t pt;
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(2, &eq, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 4));
+    ptl_event_t ev;
+    for (uint64_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(PtlEQGet(eq, &ev), PTL_OK) << "event " << i;
+        EXPECT_EQ(ev.hdr_data, i);
+    }
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 4, 10));
+    EXPECT_EQ(PtlEQGet(eq, &ev), PTL_EQ_DROPPED);
+    EXPECT_EQ(ev.hdr_data, 6u);  // capacity 4 now: the four newest survive
+}
+
+TEST_F(ListsNoEqGrowth, EQ1_OverflowDropsOldestAndReportsDropped) {
     ptl_handle_eq_t small;
     ptl_pt_index_t pt;
     ASSERT_NO_FATAL_FAILURE(eq_with_pt(2, &small, &pt));
@@ -546,7 +588,7 @@ TEST_F(Lists, EQTakeManyReturnsBatchesInOrder) {
 }
 
 // An overflow is reported once, with the batch whose first event follows the lost ones (EQ1).
-TEST_F(Lists, EQ1_TakeManyReportsOverflowOnce) {
+TEST_F(ListsNoEqGrowth, EQ1_TakeManyReportsOverflowOnce) {
     ptl_handle_eq_t eq;
     ptl_pt_index_t pt;
     ASSERT_NO_FATAL_FAILURE(eq_with_pt(2, &eq, &pt));

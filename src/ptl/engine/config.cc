@@ -38,6 +38,8 @@ Config Config::from_env() {
     c.notify_drops = env_bool("PTL_NOTIFY_DROPS", false);
     c.liveness_ms = env_long("PTL_LIVENESS_MS", c.liveness_ms);
     c.flowctrl_grace_ms = env_long("PTL_FLOWCTRL_GRACE_MS", c.flowctrl_grace_ms);
+    c.eq_grow_max = env_long("PTL_EQ_GROW_MAX", c.eq_grow_max);
+    if (c.eq_grow_max < 0) c.eq_grow_max = 0;
     if (c.flowctrl_grace_ms < 0) c.flowctrl_grace_ms = 0;
     if (const char *i = std::getenv("PTL_IFACE")) c.iface = i;
     if (const char *w = std::getenv("PTL_WIRE"); w && *w) {

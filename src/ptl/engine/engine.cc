@@ -551,6 +551,7 @@ int Engine::eq_alloc(ptl_handle_ni_t h, ptl_size_t count, ptl_handle_eq_t *out) 
     // Each flow-controlled PT attached later adds its own slot for PT_DISABLED (EQ4).
     auto eq = std::make_unique<Eq>(count);
     eq->ni = n;
+    eq->grow_limit = std::max<uint64_t>(count, std::min<uint64_t>(uint64_t(cfg_.eq_grow_max), kMaxEqEvents));
     const uint32_t slot = n->eqs.insert(std::move(eq));
     if (slot == UINT32_MAX) return PTL_NO_SPACE;
     Eq *e = n->eqs.get(slot, n->eqs.gen(slot));

@@ -219,6 +219,7 @@ private:
     HeldMessages held_;
     bool hold_allowed_ = false;    // the message being processed may be held
     bool hold_requested_ = false;  // on_request put it off
+    bool warned_grace_expired_ = false;
     std::vector<Ct *> changed_cts_;
 };
 

@@ -6,6 +6,7 @@
 #include <portals4.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <vector>
 
 namespace ptl {
@@ -49,10 +50,29 @@ struct Eq {
     // Room for a flow-controlled event (one that must not overwrite).
     bool has_room_for_regular() const { return count + reserved < ring.size(); }
 
+    // Whether an event of `type` for portal `pt` is still waiting to be read.
+    bool holds_unread(ptl_event_kind_t type, ptl_pt_index_t pt) const {
+        for (uint64_t i = 0, at = head; i < count; ++i, at = next(at))
+            if (ring[at].type == type && ring[at].pt_index == pt) return true;
+        return false;
+    }
+
     // Wraps by comparison: a 64-bit division per event showed in the per-message profile.
     uint64_t next(uint64_t i) const { return i + 1 == ring.size() ? 0 : i + 1; }
 
+    // How many events the ring may grow to instead of overwriting (PTL_EQ_GROW_MAX).
+    uint64_t grow_limit = 0;
+
     void push(const ptl_event_t &ev) {
+        if (count == ring.size() && ring.size() < grow_limit) {
+            // Full: a client that polls late (Open MPI's btl posts thousands of sends before
+            // it drains its queue) loses nothing while the ring may double. Flow-controlled
+            // portals never get here with their own events (EQ2): has_room_for_regular stops them.
+            std::vector<ptl_event_t> r(std::min<uint64_t>(ring.size() * 2, grow_limit));
+            for (uint64_t i = 0; i < count; ++i) r[i] = ring[(head + i) % ring.size()];
+            ring.swap(r);
+            head = 0;
+        }
         if (count == ring.size()) {
             head = next(head);
             --count;

@@ -3,6 +3,7 @@
 // and the response. Everything runs under the engine lock, so a delivery is atomic with
 // respect to API calls (T1) and complete before its events appear (EO3, EO4).
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -103,9 +104,20 @@ int Engine::replay_held(uint64_t now_ns) {
 }
 
 bool Engine::hold_instead_of_flow_control() {
-    if (!hold_allowed_) return false;
-    hold_requested_ = true;
-    return true;
+    if (hold_allowed_) {
+        hold_requested_ = true;
+        return true;
+    }
+    if (cfg_.flowctrl_grace_ms > 0 && !warned_grace_expired_) {
+        // Once per process: the application did not make room in time. Worth knowing when a
+        // job slows down or stalls.
+        warned_grace_expired_ = true;
+        std::fprintf(stderr,
+                     "portals: a message waited %ld ms (PTL_FLOWCTRL_GRACE_MS) for an event queue slot or a "
+                     "receive buffer and was then refused\n",
+                     cfg_.flowctrl_grace_ms);
+    }
+    return false;
 }
 
 void Engine::process_message(const InMessage &m) {
@@ -229,10 +241,15 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         refuse(PTL_NI_PT_DISABLED);
     };
     if (!e) {
-        if (!(pt.options & PTL_PT_FLOWCTRL))
+        if (pt.options & PTL_PT_FLOWCTRL) {
+            if (!hold_instead_of_flow_control()) disable_pt(nullptr);
+        } else if (!(pt.eq && pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti) && hold_instead_of_flow_control())) {
+            // Without flow control an unmatched message is dropped - unless an entry of this
+            // portal was used up and the application has not yet read that it was: a client
+            // that replaces its receive buffers as it learns of them (Open MPI's btl) gets
+            // the grace period to do so instead of losing the message.
             silent_drop();
-        else if (!hold_instead_of_flow_control())
-            disable_pt(nullptr);
+        }
         return;
     }
 
