@@ -6,6 +6,9 @@ pkgs="build-essential autoconf automake libtool pkg-config libgtest-dev libhwloc
 # UCX's own build (its gtest suite, contrib/ucx-gtest.sh; contrib/build-ucx-native.sh) with the
 # installed UCX's configure flags needs Debian's build dependencies of ucx.
 pkgs="$pkgs libibverbs-dev librdmacm-dev libnuma-dev libfuse3-dev"
+# Open MPI's portals4 components built from Debian's source (contrib/ompi-build.sh) use the
+# system's PMIx, libevent and hwloc, as Debian's Open MPI does.
+pkgs="$pkgs libevent-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -5,10 +5,12 @@
 # installed 1.13.1 also with UCX's own gtest suite (contrib/ucx-gtest.sh), the newest
 # release (1.22.0, from ../shared/ucx) too; then the project's suite again under
 # AddressSanitizer + UndefinedBehaviorSanitizer and the threaded tests under
-# ThreadSanitizer (separate build trees in _build-*), and a bounded fuzzing run of the tcp
+# ThreadSanitizer (separate build trees in _build-*); Open MPI's own Portals 4 components
+# (mtl, osc, coll, btl) built from Debian's source against this libportals4 and run through
+# the MPI suites (test/run_ompi_portals4.sh); and a bounded fuzzing run of the tcp
 # wire's input path (contrib/fuzz.sh). make check includes the multi-host tests over
-# network namespaces (root and iproute2; skipped elsewhere). UCX trees are built once into
-# $PORTALS_UCX_CACHE (default ~/.cache/portals-ucx), keyed on everything that makes them.
+# network namespaces (root and iproute2; skipped elsewhere). UCX and Open MPI trees are built
+# once into $PORTALS_UCX_CACHE (default ~/.cache/portals-ucx), keyed on everything that makes them.
 set -e
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -29,6 +31,8 @@ if [ -f "$releases/ucx-1.22.0.tar.gz" ]; then
 else
   echo "test.sh: $releases/ucx-1.22.0.tar.gz not found: the check against UCX 1.22.0 is skipped"
 fi
+stage "Open MPI's portals4 components (mtl, osc, coll, btl)"
+./test/run_ompi_portals4.sh _build
 stage "sanitizers"
 make -C _build check-sanitizers
 # The tcp wire's input path under libFuzzer (clang, ASan+UBSan) for a bounded time.

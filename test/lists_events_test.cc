@@ -2,6 +2,7 @@
 // unlink, truncation, locally managed offsets and full events. Rule IDs in test names.
 #include <portals4_ext.h>
 
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -40,6 +41,11 @@ protected:
             ptl_hdr_data_t hdr = 0) {
         return PtlPut(md_, 0, len, ack, self_, pt_, bits, roff, nullptr, hdr);
     }
+    uint64_t drop_count() {
+        ptl_sr_value_t v = 0;
+        EXPECT_EQ(PtlNIStatus(ni_, PTL_SR_DROP_COUNT, &v), PTL_OK);
+        return uint64_t(v);
+    }
     void expect_send() {
         ptl_event_t ev = next_event(md_eq_);
         EXPECT_EQ(ev.type, PTL_EVENT_SEND);
@@ -64,6 +70,34 @@ protected:
     ptl_handle_md_t md_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
 };
+
+// Lists with a configuration variable set before PtlInit (read there), unset afterwards.
+class ListsEnv : public Lists {
+protected:
+    void set(const char *name, const char *value) {
+        setenv(name, value, 1);
+        name_ = name;
+    }
+    void TearDown() override {
+        Lists::TearDown();
+        if (name_) unsetenv(name_);
+    }
+    const char *name_ = nullptr;
+};
+#define LISTS_WITH(Fixture, NAME, VALUE)   \
+    class Fixture : public ListsEnv {      \
+    protected:                             \
+        void SetUp() override {            \
+            set(NAME, VALUE);              \
+            Lists::SetUp();                \
+        }                                  \
+    }
+LISTS_WITH(ListsNoEqGrowth, "PTL_EQ_GROW_MAX", "0");
+LISTS_WITH(ListsEqGrowsToFour, "PTL_EQ_GROW_MAX", "4");
+// Flow control at once, as the spec's FC4 describes it without FC1's allowance.
+LISTS_WITH(ListsStrictFlowControl, "PTL_FLOWCTRL_GRACE_MS", "0");
+LISTS_WITH(ListsLongGrace, "PTL_FLOWCTRL_GRACE_MS", "60000");
+LISTS_WITH(ListsShortGrace, "PTL_FLOWCTRL_GRACE_MS", "50");
 
 TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
     char a[16] = {}, b[16] = {}, ov[64] = {};
@@ -368,7 +402,7 @@ TEST_F(Lists, X3_NotifyDropsPerNIAnswersWithDropped) {
     EXPECT_EQ(PtlXNINotifyDrops(PTL_INVALID_HANDLE, 1), PTL_ARG_INVALID);
 }
 
-TEST_F(Lists, FC4_FC7_FC11_T2_FlowControlTriggerAndRecovery) {
+TEST_F(ListsStrictFlowControl, FC4_FC7_FC11_T2_FlowControlTriggerAndRecovery) {
     ptl_pt_index_t pt;
     ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, eq_, PTL_PT_ANY, &pt), PTL_OK);
     ASSERT_EQ(PtlPut(md_, 0, 4, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
@@ -395,7 +429,7 @@ TEST_F(Lists, FC4_FC7_FC11_T2_FlowControlTriggerAndRecovery) {
     EXPECT_EQ(std::memcmp(buf, src_, 4), 0);
 }
 
-TEST_F(Lists, FC4_FullEventQueueTriggersFlowControl) {
+TEST_F(ListsStrictFlowControl, FC4_FullEventQueueTriggersFlowControl) {
     ptl_handle_eq_t small;
     ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
     ptl_pt_index_t pt;
@@ -403,7 +437,86 @@ TEST_F(Lists, FC4_FullEventQueueTriggersFlowControl) {
     expect_flow_control_at_third_put(small, pt);
 }
 
-TEST_F(Lists, EQ4_ReservedSlotIsReusedWhenAFlowControlledPTIsAllocatedAgain) {
+// FC1: an implementation "may choose to block new message processing for a constrained amount
+// of time" before acting on exhaustion. The third put finds the EQ full and waits; the
+// application drains the EQ in time, so the put lands and no flow control happens at all.
+TEST_F(ListsLongGrace, FC1_RequestWaitsForTheApplicationToDrainTheQueue) {
+    ptl_handle_eq_t small;
+    ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, small, PTL_PT_ANY, &pt), PTL_OK);
+    char buf[64];
+    append(pt, me_desc(buf, sizeof buf, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST);
+    for (int i = 0; i < 3; ++i)
+        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_ACK_REQ, self_, pt, 0, 0, nullptr, ptl_hdr_data_t(i)), PTL_OK);
+    for (int i = 0; i < 3; ++i) {  // the third one waits in the engine, not refused
+        ptl_event_t ev = next_event(small);
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+        EXPECT_EQ(ev.hdr_data, ptl_hdr_data_t(i));
+    }
+    int acks = 0;
+    for (int i = 0; i < 6; ++i) {
+        ptl_event_t ev = next_event(md_eq_);
+        if (ev.type == PTL_EVENT_ACK) {
+            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+            ++acks;
+        }
+    }
+    EXPECT_EQ(acks, 3);
+    EXPECT_TRUE(eq_empty(small));
+}
+
+// ...and when the application does not drain it within PTL_FLOWCTRL_GRACE_MS, FC4 applies:
+// the entry is disabled and the put refused, no earlier than the grace period.
+TEST_F(ListsShortGrace, FC1_FC4_RequestTriggersFlowControlAfterTheGrace) {
+    ptl_handle_eq_t small;
+    ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_FLOWCTRL, small, PTL_PT_ANY, &pt), PTL_OK);
+    const auto start = std::chrono::steady_clock::now();
+    expect_flow_control_at_third_put(small, pt);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+}
+
+// Without flow control an unmatched put is dropped (FC3), unless an entry of that portal was used
+// up and the application has not read so yet: it may be replacing it. Here it does, and the
+// put lands in the new entry; once the application has read the unlink and posted nothing, the
+// next unmatched put is dropped as before.
+TEST_F(ListsLongGrace, FC1_UnmatchedPutWaitsWhileAUsedUpEntryIsUnread) {
+    // The initiator's ACKs, SEND events skipped.
+    auto next_ack = [&] {
+        ptl_event_t ev = next_event(md_eq_);
+        while (ev.type == PTL_EVENT_SEND) ev = next_event(md_eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_ACK);
+        return ev;
+    };
+    char first[8] = {}, second[8] = {};
+    append(pt_, me_desc(first, sizeof first, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)1);
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ), PTL_OK);
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ, 4), PTL_OK);  // finds no entry: waits
+    EXPECT_EQ(next_ack().ni_fail_type, PTL_NI_OK);  // the first put's: responses are not held
+    ptl_event_t ev;
+    while (PtlEQGet(md_eq_, &ev) == PTL_OK)
+        EXPECT_NE(ev.type, PTL_EVENT_ACK) << "the second put is neither acknowledged nor refused yet";
+    append(pt_, me_desc(second, sizeof second, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)2);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);  // the first entry's, read now
+    EXPECT_EQ(next_ack().ni_fail_type, PTL_NI_OK);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)2);
+    EXPECT_EQ(std::memcmp(second + 4, src_, 4), 0);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    // Every unlink read, nothing posted: an unmatched put is dropped at once (X3: no response).
+    const uint64_t drops_before = drop_count();
+    ASSERT_EQ(put(4, 0), PTL_OK);
+    sync_point();
+    EXPECT_EQ(drop_count(), drops_before + 1);
+}
+
+TEST_F(ListsStrictFlowControl, EQ4_ReservedSlotIsReusedWhenAFlowControlledPTIsAllocatedAgain) {
     ptl_handle_eq_t small;
     ASSERT_EQ(PtlEQAlloc(ni_, 2, &small), PTL_OK);
     ptl_pt_index_t pt;
@@ -474,31 +587,6 @@ TEST_F(Lists, EV_SuppressionFlags_T16) {
     EXPECT_TRUE(eq_empty(eq_));
     EXPECT_TRUE(eq_empty(md_eq_));
 }
-
-// The same, with PTL_EQ_GROW_MAX set before PtlInit: how far a full EQ may grow instead of
-// overwriting (0: never, the strict §3.13 behaviour).
-class ListsEqGrowth : public Lists {
-protected:
-    void grow_max(const char *v) { setenv("PTL_EQ_GROW_MAX", v, 1); }
-    void TearDown() override {
-        Lists::TearDown();
-        unsetenv("PTL_EQ_GROW_MAX");
-    }
-};
-class ListsNoEqGrowth : public ListsEqGrowth {
-protected:
-    void SetUp() override {
-        grow_max("0");
-        Lists::SetUp();
-    }
-};
-class ListsEqGrowsToFour : public ListsEqGrowth {
-protected:
-    void SetUp() override {
-        grow_max("4");
-        Lists::SetUp();
-    }
-};
 
 // EQ1 allows keeping more than `count` ("overwritten ... in most situations"): a full EQ doubles
 // up to PTL_EQ_GROW_MAX events, losing nothing, and only then overwrites the oldest.

@@ -884,15 +884,11 @@ int Engine::progress_locked(uint64_t now_ns) {
     const uint64_t t = now_ns ? (coarse_now_ns_ = std::max(coarse_now_ns_, now_ns)) : coarse_now();
     int work = 0;
     if (!held_.empty()) work += replay_held(t);
-    // While messages are held nothing new is taken from the wires: their senders wait, and
-    // messages keep their order.
-    if (held_.empty()) {
-        work += loop_->progress(deliver_);
-        work += shm_->progress(deliver_);
-        if (tcp_) {
-            work += tcp_->progress(deliver_, t);
-            if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
-        }
+    work += loop_->progress(deliver_);
+    work += shm_->progress(deliver_);
+    if (tcp_) {
+        work += tcp_->progress(deliver_, t);
+        if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
     }
     if (!in_triggers_) run_triggers();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {

@@ -2,9 +2,9 @@
 // block new message processing for a constrained amount of time" before acting on resource
 // exhaustion). A request that would trigger flow control on a PTL_PT_FLOWCTRL portal - a full
 // event queue, no matching entry, no room for its unexpected header - is held instead, together
-// with everything that arrives after it (ordering), and retried at each progress until the
-// application has made room or PTL_FLOWCTRL_GRACE_MS has passed; only then is the entry
-// disabled. An MPI library that drains its event queue a moment late (Open MPI's mtl posts a
+// with the requests that arrive after it (ordering; responses to our own operations are still
+// processed), and retried at each progress until the application has made room or
+// PTL_FLOWCTRL_GRACE_MS has passed; only then is the entry disabled. An MPI library that drains its event queue a moment late (Open MPI's mtl posts a
 // thousand receives before it polls) then never pays for a flow-control recovery.
 #pragma once
 

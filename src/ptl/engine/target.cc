@@ -19,6 +19,15 @@ namespace {
 bool is_request(uint8_t op) {
     return op >= proto::kPut && op <= proto::kSwap;
 }
+// Responses (ACK, REPLY) complete our own operations and never wait behind held requests: the
+// application may be waiting for one before it makes room.
+bool carries_request(const InMessage &m) {
+    proto::Header h;
+    if (m.header_len != sizeof h) return false;
+    std::memcpy(&h, m.header, sizeof h);
+    return is_request(h.op);
+}
+
 bool wants_reply(uint8_t op) {
     return op == proto::kGet || op == proto::kFetchAtomic || op == proto::kSwap;
 }
@@ -76,7 +85,7 @@ void Engine::count_malformed(uint64_t amount) {
 }
 
 void Engine::handle_message(const InMessage &m) {
-    if (!held_.empty()) {  // behind the held ones: messages are processed in arrival order
+    if (!held_.empty() && carries_request(m)) {  // requests keep their arrival order
         held_.push(m, 0);
         return;
     }
