@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <complex>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -367,6 +369,59 @@ TEST_F(Atomics, A_EveryOpTimesEveryDatatype) {
     run<std::complex<float>>(PTL_FLOAT_COMPLEX, {1, 2}, {3, -1}, {1, 2});
     run<std::complex<double>>(PTL_DOUBLE_COMPLEX, {1, 2}, {0.5, 4}, {9, 9});
     run<std::complex<long double>>(PTL_LONG_DOUBLE_COMPLEX, {1, 2}, {2, 2}, {1, 2});
+}
+
+// G10 (application bypass): atomics and swaps of every datatype to ourselves complete while the
+// caller makes no Portals call at all, only reading the target memory, as a SHMEM program
+// waiting on a flag does. The progress thread must do them.
+TEST_F(Atomics, G10_AtomicsAndSwapsCompleteWhileTheCallerMakesNoPortalsCalls) {
+    if (const char *p = std::getenv("PTL_PROGRESS"); p && std::strcmp(p, "manual") == 0)
+        GTEST_SKIP() << "PTL_PROGRESS=manual: nothing progresses without a Portals call";
+    struct Case {
+        ptl_datatype_t dt;
+        size_t size;
+        bool integral;
+    };
+    const Case cases[] = {{PTL_INT8_T, 1, true},        {PTL_UINT8_T, 1, true},        {PTL_INT16_T, 2, true},
+                          {PTL_UINT16_T, 2, true},      {PTL_INT32_T, 4, true},        {PTL_UINT32_T, 4, true},
+                          {PTL_INT64_T, 8, true},       {PTL_UINT64_T, 8, true},       {PTL_FLOAT, 4, false},
+                          {PTL_DOUBLE, 8, false},       {PTL_LONG_DOUBLE, 16, false},  {PTL_FLOAT_COMPLEX, 8, false},
+                          {PTL_DOUBLE_COMPLEX, 16, false}, {PTL_LONG_DOUBLE_COMPLEX, 32, false}};
+    alignas(16) unsigned char target[2][32], src[32], fetched[32], cmp[32] = {};
+    ptl_handle_me_t me = append(pt_, me_desc(target, sizeof target,
+                                             PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE |
+                                                 PTL_ME_EVENT_COMM_DISABLE));
+    ptl_handle_md_t sm = bind(src, sizeof src, PTL_MD_EVENT_SEND_DISABLE | PTL_MD_EVENT_SUCCESS_DISABLE);
+    ptl_handle_md_t fm = bind(fetched, sizeof fetched);
+    for (const Case &c : cases) {
+        std::memset(target, 0, sizeof target);
+        std::memset(src, 0x5a, sizeof src);
+        // SWAP writes the source bytes as they are; BOR of 0x5a into zeros leaves 0x5a for the
+        // integers too: the target ends up equal to the source either way.
+        const bool integral = c.integral;
+        ASSERT_EQ(PtlSwap(fm, 0, sm, 0, c.size, self_, pt_, 0, 0, nullptr, 0, cmp, PTL_SWAP, c.dt), PTL_OK);
+        if (integral) {
+            ASSERT_EQ(PtlAtomic(sm, 0, c.size, PTL_NO_ACK_REQ, self_, pt_, 0, 32, nullptr, 0, PTL_BOR, c.dt), PTL_OK);
+        }
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        // An x86 long double carries 10 bytes in its 16; the other 6 are padding, not value.
+        const bool padded = c.dt == PTL_LONG_DOUBLE || c.dt == PTL_LONG_DOUBLE_COMPLEX;
+        auto done = [&] {
+            const volatile unsigned char *t0 = target[0], *t1 = target[1];
+            for (size_t i = 0; i < c.size; ++i) {
+                if (padded && i % 16 >= 10) continue;
+                if (t0[i] != 0x5a || (integral && t1[i] != 0x5a)) return false;
+            }
+            return true;
+        };
+        while (!done() && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        EXPECT_TRUE(done()) << "datatype " << int(c.dt) << " not applied without a Portals call";
+        next_event(md_eq_);  // the swap's REPLY (its fetch) before the buffers are reused
+    }
+    EXPECT_EQ(PtlMDRelease(sm), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(fm), PTL_OK);
+    EXPECT_EQ(PtlMEUnlink(me), PTL_OK);
 }
 
 TEST_F(Atomics, A1_A2_SizeAndLengthRules) {

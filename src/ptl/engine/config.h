@@ -12,19 +12,19 @@ enum class WireChoice : uint8_t { Auto, Shm, Tcp, Invalid };
 enum class YieldMode { Auto, Always, Never };
 
 struct Config {
-    bool progress_thread = true;         // PTL_PROGRESS=thread|manual
-    int progress_cpu = -1;               // PTL_PROGRESS_CPU (-1: a core the caller is not on)
-    long wait_spin_us = 500;             // PTL_WAIT_SPIN_US: callers poll this long before sleeping
+    bool progress_thread = true;             // PTL_PROGRESS=thread|manual
+    int progress_cpu = -1;                   // PTL_PROGRESS_CPU (-1: a core the caller is not on)
+    long wait_spin_us = 500;                 // PTL_WAIT_SPIN_US: callers poll this long before sleeping
     YieldMode wait_yield = YieldMode::Auto;  // PTL_WAIT_YIELD=auto|always|never
-    uint64_t rndv_threshold = 16384;     // PTL_RNDV_THRESH: larger payloads move by bulk copy
-    uint32_t shm_cells = 4096;           // PTL_SHM_CELLS
-    uint32_t shm_cell_size = 256;        // PTL_SHM_CELL_SIZE
-    bool notify_drops = false;           // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)
-    long eq_grow_max = 1 << 18;          // PTL_EQ_GROW_MAX: events a full EQ may grow to (eq.h)
-    long flowctrl_grace_ms = 1000;       // PTL_FLOWCTRL_GRACE_MS: held_messages.h (0: disable at once)
-    long liveness_ms = 200;              // PTL_LIVENESS_MS: how often peers are checked for exit
-    std::string iface;                   // PTL_IFACE
-    WireChoice wire = WireChoice::Auto;  // PTL_WIRE=auto|shm|tcp: auto = shm on this host, tcp beyond
+    uint64_t rndv_threshold = 16384;         // PTL_RNDV_THRESH: larger payloads move by bulk copy
+    uint32_t shm_cells = 4096;               // PTL_SHM_CELLS
+    uint32_t shm_cell_size = 256;            // PTL_SHM_CELL_SIZE
+    bool notify_drops = false;               // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)
+    long eq_grow_max = 1 << 18;              // PTL_EQ_GROW_MAX: events a full EQ may grow to (eq.h)
+    long flowctrl_grace_ms = 1000;           // PTL_FLOWCTRL_GRACE_MS: held_messages.h (0: disable at once)
+    long liveness_ms = 200;                  // PTL_LIVENESS_MS: how often peers are checked for exit
+    std::string iface;                       // PTL_IFACE
+    WireChoice wire = WireChoice::Auto;      // PTL_WIRE=auto|shm|tcp: auto = shm on this host, tcp beyond
     std::string wire_name = "auto";
     uint32_t tcp_port_base = 17000;  // PTL_TCP_PORT_BASE: a process listens on base + pid
     long tcp_timeout_ms = 10000;     // PTL_TCP_TIMEOUT_MS: connect / silent-peer bound

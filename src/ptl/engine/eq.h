@@ -5,8 +5,8 @@
 
 #include <portals4.h>
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 namespace ptl {

@@ -4,8 +4,9 @@
 // event queue, no matching entry, no room for its unexpected header - is held instead, together
 // with the requests that arrive after it (ordering; responses to our own operations are still
 // processed), and retried at each progress until the application has made room or
-// PTL_FLOWCTRL_GRACE_MS has passed; only then is the entry disabled. An MPI library that drains its event queue a moment late (Open MPI's mtl posts a
-// thousand receives before it polls) then never pays for a flow-control recovery.
+// PTL_FLOWCTRL_GRACE_MS has passed; only then is the entry disabled. An MPI library that drains its event
+// queue a moment late (Open MPI's mtl posts a thousand receives before it polls) then never pays for a
+// flow-control recovery.
 #pragma once
 
 #include <cstdint>

@@ -49,12 +49,9 @@ bool IdleBackoff::oversubscribed(uint64_t now_ns) {
 
 bool IdleBackoff::should_yield() {
     switch (mode_.load(std::memory_order_relaxed)) {
-    case YieldMode::Never:
-        return false;
-    case YieldMode::Always:
-        return true;
-    case YieldMode::Auto:
-        break;
+        case YieldMode::Never: return false;
+        case YieldMode::Always: return true;
+        case YieldMode::Auto: break;
     }
     return oversubscribed(monotonic_ns());
 }

@@ -30,7 +30,7 @@ public:
 private:
     bool oversubscribed(uint64_t now_ns);
 
-    static constexpr uint32_t kStreak = 32;           // empty polls before yielding is considered
+    static constexpr uint32_t kStreak = 32;          // empty polls before yielding is considered
     static constexpr uint64_t kRecheckNs = 4000000;  // how long a load reading is trusted
 
     std::atomic<YieldMode> mode_{YieldMode::Auto};

@@ -15,10 +15,10 @@ constexpr unsigned kLeOptions =
     PTL_IOVEC | PTL_LE_OP_PUT | PTL_LE_OP_GET | PTL_LE_USE_ONCE | PTL_LE_UNEXPECTED_HDR_DISABLE |
     PTL_LE_IS_ACCESSIBLE | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE |
     PTL_LE_EVENT_FLOWCTRL_DISABLE | PTL_LE_EVENT_SUCCESS_DISABLE | PTL_LE_EVENT_OVER_DISABLE |
-    PTL_LE_EVENT_UNLINK_DISABLE | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_CT_OVERFLOW |
-    PTL_LE_EVENT_CT_BYTES | (1u << 19) /* pre-4.3 ACK_DISABLE, accepted and ignored */;
-constexpr unsigned kMeOptions = kLeOptions | PTL_ME_MANAGE_LOCAL | PTL_ME_NO_TRUNCATE |
-                                PTL_ME_MAY_ALIGN | PTL_ME_LOCAL_INC_UH_RLENGTH;
+    PTL_LE_EVENT_UNLINK_DISABLE | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_CT_OVERFLOW | PTL_LE_EVENT_CT_BYTES |
+    (1u << 19) /* pre-4.3 ACK_DISABLE, accepted and ignored */;
+constexpr unsigned kMeOptions =
+    kLeOptions | PTL_ME_MANAGE_LOCAL | PTL_ME_NO_TRUNCATE | PTL_ME_MAY_ALIGN | PTL_ME_LOCAL_INC_UH_RLENGTH;
 
 // Validates an LE/ME description and fills a detached Entry (not yet in any table or list).
 int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entry &e) {
@@ -94,12 +94,11 @@ void Engine::consume_header(Ni *n, Pt &pt, UnexpectedHeader *u) {
     delete u;
 }
 
-int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me,
-                   ptl_list_t list, void *user_ptr, uint32_t *out) {
+int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me, ptl_list_t list,
+                   void *user_ptr, uint32_t *out) {
     Lock lk(mu_);
     Ni *n = ni_of(nh);
-    if (!n || !d || !out || (list != PTL_PRIORITY_LIST && list != PTL_OVERFLOW_LIST))
-        return PTL_ARG_INVALID;
+    if (!n || !d || !out || (list != PTL_PRIORITY_LIST && list != PTL_OVERFLOW_LIST)) return PTL_ARG_INVALID;
     if (n->logical() && !n->map_set) return PTL_ARG_INVALID;  // LA1
     auto e = n->entries.make();
     if (int rc = prepare_entry(*n, pti, *d, is_me, *e); rc != PTL_OK) return rc;
@@ -123,8 +122,8 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     const unsigned o = en->opts();
     if (list == PTL_PRIORITY_LIST && pt.unexpected.size) {
         // L4-L6: claim matching unexpected headers, oldest first, before linking.
-        const bool inc_rlength = is_me && (o & PTL_ME_MANAGE_LOCAL) && (o & PTL_ME_LOCAL_INC_UH_RLENGTH) &&
-                                 !(o & PTL_ME_USE_ONCE);
+        const bool inc_rlength =
+            is_me && (o & PTL_ME_MANAGE_LOCAL) && (o & PTL_ME_LOCAL_INC_UH_RLENGTH) && !(o & PTL_ME_USE_ONCE);
         bool consumed_once = false;
         bool unlinked = false;
         for_each_matching_header(*n, pt, *en, [&](UnexpectedHeader *u) {
@@ -140,8 +139,8 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
             }
             if (inc_rlength) {
                 en->local_offset += rlength;
-                if (en->desc.min_free && en->region.length - std::min(en->local_offset, en->region.length) <
-                                             en->desc.min_free) {
+                if (en->desc.min_free &&
+                    en->region.length - std::min(en->local_offset, en->region.length) < en->desc.min_free) {
                     unlinked = true;
                     return false;
                 }
@@ -174,8 +173,8 @@ int Engine::unlink(uint32_t h, bool is_me) {
     return PTL_OK;
 }
 
-int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me,
-                   ptl_search_op_t op, void *user_ptr) {
+int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bool is_me, ptl_search_op_t op,
+                   void *user_ptr) {
     Lock lk(mu_);
     Ni *n = ni_of(nh);
     if (!n || !d || (op != PTL_SEARCH_ONLY && op != PTL_SEARCH_DELETE)) return PTL_ARG_INVALID;

@@ -252,7 +252,8 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     if (!e) {
         if (pt.options & PTL_PT_FLOWCTRL) {
             if (!hold_instead_of_flow_control()) disable_pt(nullptr);
-        } else if (!(pt.eq && pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti) && hold_instead_of_flow_control())) {
+        } else if (!(pt.eq && pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti) &&
+                     hold_instead_of_flow_control())) {
             // Without flow control an unmatched message is dropped - unless an entry of this
             // portal was used up and the application has not yet read that it was: a client
             // that replaces its receive buffers as it learns of them (Open MPI's btl) gets
