@@ -173,6 +173,79 @@ TEST_F(Job, MatchedSendsWithWildcardSourceAndTags) {
     }
 }
 
+// S3-S7 between processes: the other ranks leave unexpected headers on rank 0's overflow entry
+// (5 with bits 7 and 2 with bits 9 each); a persistent PtlMESearch reports every match, then a
+// closing PTL_EVENT_SEARCH with PTL_NI_NO_MATCH (S6; its CT counts the matches and one failure,
+// S7); a persistent PTL_SEARCH_DELETE reports each as PUT_OVERFLOW and removes it (S4); a
+// use-once search stops at the first match without a closing event (S5); and once every header
+// is gone the overflow entry unlinks (L12).
+TEST_F(Job, S3_S4_S5_S6_S7_PersistentSearchOverHeadersFromOtherRanks) {
+    constexpr int kSeven = 5, kNine = 2;
+    const int n = nranks(), others = n - 1;
+    char sink[8];
+    ptl_handle_me_t overflow = PTL_INVALID_HANDLE;
+    if (rank() == 0) {
+        ptl_me_t me = me_from(-1, sink, sizeof sink,
+                              PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE, 0, ~0ull);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, nullptr, &overflow), PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() != 0) {
+        uint64_t v = uint64_t(rank());
+        ptl_handle_ct_t ct;
+        ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+        ptl_handle_md_t md = bind(&v, sizeof v, PTL_MD_EVENT_CT_ACK, ct);
+        for (int i = 0; i < kSeven + kNine; ++i)
+            ASSERT_EQ(PtlPut(md, 0, sizeof v, PTL_CT_ACK_REQ, to(0), pt_, i < kSeven ? 7 : 9, 0, nullptr, 0), PTL_OK);
+        EXPECT_EQ(ct_wait(ct, kSeven + kNine, 20000).failure, 0u);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() == 0) {
+        ptl_handle_ct_t sct;
+        ASSERT_EQ(PtlCTAlloc(ni_, &sct), PTL_OK);
+        // Events of one search: `matches` of `kind`, from every other rank, then what closes it.
+        auto expect_search = [&](ptl_search_op_t op, ptl_match_bits_t bits, unsigned opts, int matches,
+                                 ptl_event_kind_t kind, bool closing) {
+            ptl_me_t s = me_from(-1, sink, sizeof sink, PTL_ME_OP_PUT | opts, bits, 0, sct);
+            ASSERT_EQ(PtlCTSet(sct, ptl_ct_event_t{0, 0}), PTL_OK);
+            ASSERT_EQ(PtlMESearch(ni_, pt_, &s, op, (void *)0x5ea4), PTL_OK);
+            std::vector<int> per_rank(size_t(n), 0);
+            for (int i = 0; i < matches; ++i) {
+                ptl_event_t ev = next_event(eq_, 20000);
+                ASSERT_EQ(ev.type, kind) << "match " << i;
+                EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+                EXPECT_EQ(ev.match_bits, bits);
+                EXPECT_EQ(ev.rlength, 8u);
+                EXPECT_EQ(ev.user_ptr, (void *)0x5ea4);
+                ASSERT_LT(ev.initiator.rank, ptl_rank_t(n));
+                ++per_rank[ev.initiator.rank];
+            }
+            if (closing) {
+                ptl_event_t ev = next_event(eq_, 20000);
+                EXPECT_EQ(ev.type, PTL_EVENT_SEARCH);
+                EXPECT_EQ(ev.ni_fail_type, PTL_NI_NO_MATCH);
+                EXPECT_EQ(ev.user_ptr, (void *)0x5ea4);
+            }
+            ptl_event_t extra;
+            EXPECT_EQ(PtlEQGet(eq_, &extra), PTL_EQ_EMPTY) << "event " << int(extra.type);
+            if (matches > 0 && (opts & PTL_ME_USE_ONCE) == 0) {
+                for (int r = 1; r < n; ++r) EXPECT_EQ(per_rank[size_t(r)], matches / others) << "rank " << r;
+            }
+            const ptl_ct_event_t c = ct_wait(sct, 0, 1000);
+            EXPECT_EQ(c.success, ptl_size_t(matches));
+            EXPECT_EQ(c.failure, closing ? 1u : 0u);
+        };
+        expect_search(PTL_SEARCH_ONLY, 7, 0, kSeven * others, PTL_EVENT_SEARCH, true);
+        expect_search(PTL_SEARCH_ONLY, 7, 0, kSeven * others, PTL_EVENT_SEARCH, true);  // still there
+        expect_search(PTL_SEARCH_DELETE, 7, 0, kSeven * others, PTL_EVENT_PUT_OVERFLOW, true);
+        expect_search(PTL_SEARCH_ONLY, 7, 0, 0, PTL_EVENT_SEARCH, true);  // gone
+        expect_search(PTL_SEARCH_ONLY, 9, PTL_ME_USE_ONCE, 1, PTL_EVENT_SEARCH, false);
+        EXPECT_EQ(PtlMEUnlink(overflow), PTL_IN_USE);  // bits-9 headers remain (L12)
+        expect_search(PTL_SEARCH_DELETE, 9, 0, kNine * others, PTL_EVENT_PUT_OVERFLOW, true);
+        EXPECT_EQ(PtlMEUnlink(overflow), PTL_OK);
+    }
+}
+
 TEST_F(Job, LargeZeroCopyTransfersAroundTheRing) {
     const size_t len = size_t(8) << 20;
     const int n = nranks();
