@@ -894,6 +894,7 @@ int Engine::progress_locked(uint64_t now_ns) {
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
         last_liveness_check_ns_ = t;
         check_dead_peers();
+        backoff_.set_local_processes(uint32_t(shm_->peer_count() + 1));
     }
     return work;
 }

@@ -41,6 +41,8 @@ public:
     void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {});
     void wake();
     bool has_backlog() const { return backlog_peers_ > 0; }
+    // Processes on this host we have sent to.
+    size_t peer_count() const { return peers_.size(); }
 
 private:
     struct Peer {
