@@ -113,6 +113,7 @@ void Engine::fini() {
     if (init_refs_.load() == 0) return;
     if (init_refs_.fetch_sub(1) != 1) return;
     changed_cts_.clear();
+    held_ = HeldMessages();  // they name wires that close_physical destroys
     for (auto &n : nis_) {
         delete n;
         n = nullptr;
@@ -335,6 +336,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
     bool none = std::all_of(std::begin(nis_), std::end(nis_), [](Ni *x) { return !x; });
+    if (none) held_ = HeldMessages();  // they name wires that close_physical destroys
     lk.unlock();
     if (none) close_physical();
     return PTL_OK;
