@@ -6,4 +6,14 @@
 set -eu
 host=${1:?usage: netns-rsh.sh HOST COMMAND...}
 shift
+# Under guest-rxe-hosts.sh: this host's RDMA device.
+i=0
+for h in ${NETNS_HOSTS:-}; do
+  j=0
+  for d in ${NETNS_VERBS_DEVICES:-}; do
+    [ "$h" = "$host" ] && [ "$i" -eq "$j" ] && export PTL_VERBS_DEVICE="$d"
+    j=$((j + 1))
+  done
+  i=$((i + 1))
+done
 exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec sh -c "$1"' "$host" "$*"
