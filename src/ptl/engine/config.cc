@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -47,11 +48,16 @@ Config Config::from_env() {
         c.wire = c.wire_name == "auto"  ? WireChoice::Auto
                  : c.wire_name == "shm" ? WireChoice::Shm
                  : c.wire_name == "tcp" ? WireChoice::Tcp
+                 : c.wire_name == "verbs" ? WireChoice::Verbs
                                         : WireChoice::Invalid;
     }
     c.tcp_port_base = uint32_t(env_long("PTL_TCP_PORT_BASE", c.tcp_port_base));
     c.tcp_timeout_ms = env_long("PTL_TCP_TIMEOUT_MS", c.tcp_timeout_ms);
     if (c.tcp_timeout_ms < 1000) c.tcp_timeout_ms = 1000;
+    if (const char *d = std::getenv("PTL_VERBS_DEVICE")) c.verbs_device = d;
+    c.verbs_gid_index = int(env_long("PTL_VERBS_GID_INDEX", c.verbs_gid_index));
+    c.verbs_rx_depth = uint32_t(std::clamp(env_long("PTL_VERBS_RX_DEPTH", c.verbs_rx_depth), 8L, 4096L));
+    c.verbs_buf_size = uint32_t(std::clamp(env_long("PTL_VERBS_BUF_SIZE", c.verbs_buf_size), 256L, 1L << 20));
     return c;
 }
 

@@ -6,7 +6,7 @@
 
 namespace ptl {
 
-enum class WireChoice : uint8_t { Auto, Shm, Tcp, Invalid };
+enum class WireChoice : uint8_t { Auto, Shm, Tcp, Verbs, Invalid };
 
 // PTL_WAIT_YIELD: whether idle polling gives the CPU away (idle_backoff.h).
 enum class YieldMode { Auto, Always, Never };
@@ -24,10 +24,16 @@ struct Config {
     long flowctrl_grace_ms = 1000;           // PTL_FLOWCTRL_GRACE_MS: held_messages.h (0: disable at once)
     long liveness_ms = 200;                  // PTL_LIVENESS_MS: how often peers are checked for exit
     std::string iface;                       // PTL_IFACE
-    WireChoice wire = WireChoice::Auto;      // PTL_WIRE=auto|shm|tcp: auto = shm on this host, tcp beyond
+    // PTL_WIRE=auto|shm|tcp|verbs: auto = shm on this host, verbs beyond where an RDMA device
+    // is active (and the peer has one), else tcp; verbs = verbs for every other process.
+    WireChoice wire = WireChoice::Auto;
     std::string wire_name = "auto";
     uint32_t tcp_port_base = 17000;  // PTL_TCP_PORT_BASE: a process listens on base + pid
     long tcp_timeout_ms = 10000;     // PTL_TCP_TIMEOUT_MS: connect / silent-peer bound
+    std::string verbs_device;        // PTL_VERBS_DEVICE: name[:port]
+    int verbs_gid_index = -1;        // PTL_VERBS_GID_INDEX
+    uint32_t verbs_rx_depth = 64;    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer
+    uint32_t verbs_buf_size = 8192;  // PTL_VERBS_BUF_SIZE
 
     static Config from_env();
 };

@@ -17,6 +17,10 @@
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/shm/shm_wire.h"
 #include "../wire/tcp/tcp_wire.h"
+#include "../wire/verbs/verbs_control.h"
+#ifdef PTL_HAVE_VERBS
+#include "../wire/verbs/verbs_wire.h"
+#endif
 #include "progress_thread.h"
 #include "small_vec.h"
 
@@ -93,7 +97,26 @@ Engine &engine() {
     return *e;
 }
 
-Engine::Engine() : cfg_(Config::from_env()), deliver_([this](const InMessage &m) { handle_message(m); }) {}
+Engine::Engine()
+    : cfg_(Config::from_env()),
+      deliver_([this](const InMessage &m) { handle_message(m); }),
+      tcp_deliver_([this](const InMessage &m) {
+          if (verbs::is_control(m))
+              on_verbs_control(m);
+          else
+              handle_message(m);
+      }) {}
+
+void Engine::on_verbs_control(const InMessage &m) {
+#ifdef PTL_HAVE_VERBS
+    if (verbs_) {
+        verbs_->on_control(m);
+        return;
+    }
+#endif
+    const verbs::ControlMsg c = verbs::control_of(m);
+    if (c.kind == uint8_t(verbs::ControlKind::Connect) && tcp_) verbs::send_reject(*tcp_, m.from, c.epoch);
+}
 Engine::~Engine() = default;
 
 int Engine::init() {
@@ -145,7 +168,7 @@ void Engine::notify_waiters() {
 
 int Engine::open_physical(ptl_pid_t pid) {
     if (cfg_.wire == WireChoice::Invalid) {
-        report("PTL_WIRE=" + cfg_.wire_name + " is not one of auto, shm, tcp");
+        report("PTL_WIRE=" + cfg_.wire_name + " is not one of auto, shm, tcp, verbs");
         return PTL_ARG_INVALID;
     }
     std::string err;
@@ -190,6 +213,36 @@ int Engine::open_physical(ptl_pid_t pid) {
             }
         }
     }
+#ifdef PTL_HAVE_VERBS
+    if (tcp_ && (cfg_.wire == WireChoice::Auto || cfg_.wire == WireChoice::Verbs)) {
+        verbs::VerbsConfig vc;
+        vc.device = cfg_.verbs_device;
+        vc.gid_index = cfg_.verbs_gid_index;
+        vc.rx_depth = cfg_.verbs_rx_depth;
+        vc.buf_size = cfg_.verbs_buf_size;
+        vc.timeout_ms = cfg_.tcp_timeout_ms;
+        verbs_ = verbs::VerbsWire::create(
+            self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);
+        // Auto without a device is an ordinary host without RDMA; a named device or
+        // PTL_WIRE=verbs that cannot be had is the user's mistake to hear about.
+        if (!verbs_ && (cfg_.wire == WireChoice::Verbs || !cfg_.verbs_device.empty()))
+            report("verbs wire: " + err + (cfg_.wire == WireChoice::Verbs ? "" : "; other hosts use tcp"));
+        if (!verbs_ && cfg_.wire == WireChoice::Verbs) {
+            tcp_.reset();
+            shm_.reset();
+            identity::release_pid(nid, uint32_t(got), fd);
+            return PTL_NO_SPACE;
+        }
+    }
+#else
+    if (cfg_.wire == WireChoice::Verbs) {
+        report("PTL_WIRE=verbs: this libportals4 was built without verbs (libibverbs-dev)");
+        tcp_.reset();
+        shm_.reset();
+        identity::release_pid(nid, uint32_t(got), fd);
+        return PTL_NO_SPACE;
+    }
+#endif
     pid_lock_fd_ = fd;
     identity::remove_stale_rings();  // left by processes of this user that were killed
     loop_ = std::make_unique<LoopbackWire>(self_, [this] {
@@ -205,6 +258,9 @@ void Engine::close_physical() {
     Lock lk(mu_);
     if (!phys_open_) return;
     loop_.reset();
+#ifdef PTL_HAVE_VERBS
+    verbs_.reset();  // sends through tcp_, wakes through shm_
+#endif
     tcp_.reset();  // its watcher wakes through shm_
     shm_.reset();
     identity::release_pid(self_.nid, self_.pid, pid_lock_fd_);
@@ -214,6 +270,9 @@ void Engine::close_physical() {
 
 Wire *Engine::wire_for(PeerId p) {
     if (p == self_) return loop_.get();
+#ifdef PTL_HAVE_VERBS
+    if (verbs_ && (p.nid != self_.nid || cfg_.wire == WireChoice::Verbs)) return verbs_.get();
+#endif
     if (p.nid == self_.nid && cfg_.wire != WireChoice::Tcp) return shm_.get();
     return tcp_.get();
 }
@@ -250,7 +309,16 @@ int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
 
 void Engine::sleep_for_traffic(long timeout_us) {
     if (tcp_)
-        shm_->wait_for_traffic(timeout_us, [this] { tcp_->arm_wakeup(); });
+        shm_->wait_for_traffic(timeout_us, [this] {
+            tcp_->arm_wakeup();
+#ifdef PTL_HAVE_VERBS
+            // Arming looks at the completion queue once more, which progress owns.
+            if (verbs_) {
+                Lock lk(mu_);
+                if (verbs_) verbs_->arm_wakeup();
+            }
+#endif
+        });
     else
         shm_->wait_for_traffic(timeout_us);
 }
@@ -889,9 +957,15 @@ int Engine::progress_locked(uint64_t now_ns) {
     work += loop_->progress(deliver_);
     work += shm_->progress(deliver_);
     if (tcp_) {
-        work += tcp_->progress(deliver_, t);
+        work += tcp_->progress(tcp_deliver_, t);
         if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);
     }
+#ifdef PTL_HAVE_VERBS
+    if (verbs_) {
+        work += verbs_->progress(deliver_);
+        if (const uint64_t bad = verbs_->take_malformed()) count_malformed(bad);
+    }
+#endif
     if (!in_triggers_) run_triggers();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
         last_liveness_check_ns_ = t;

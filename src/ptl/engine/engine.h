@@ -31,6 +31,9 @@ class ShmWire;
 namespace tcp {
 class TcpWire;
 }
+namespace verbs {
+class VerbsWire;
+}
 class LoopbackWire;
 
 class Engine {
@@ -141,6 +144,7 @@ private:
     bool peer_gone(PeerId p);
     // Sleeps until a wire has traffic, wake-up or timeout (progress thread, manual waits).
     void sleep_for_traffic(long timeout_us);
+    void on_verbs_control(const InMessage &m);
     // deferrable: an acknowledgement, which may wait for the next message to the peer (Wire).
     bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable = false);
 
@@ -204,6 +208,9 @@ private:
     std::string iface_name_;
     std::unique_ptr<shm::ShmWire> shm_;
     std::unique_ptr<tcp::TcpWire> tcp_;  // null with PTL_WIRE=shm
+#ifdef PTL_HAVE_VERBS
+    std::unique_ptr<verbs::VerbsWire> verbs_;  // null without an RDMA device
+#endif
     std::unique_ptr<LoopbackWire> loop_;
     Ni *nis_[4] = {};
     uint32_t ni_gen_ = 0;
@@ -214,6 +221,7 @@ private:
     uint32_t coarse_calls_ = 0;
     uint32_t app_calls_ = 0;
     MessageHandler deliver_;  // handle_message, built once
+    MessageHandler tcp_deliver_;  // deliver_, less the verbs wire's connection setup
     std::unique_ptr<class ProgressThread> progress_thread_;
     bool in_triggers_ = false;
     HeldMessages held_;

@@ -1,0 +1,54 @@
+// One RDMA device port opened for the verbs wire: its protection domain, the address its
+// QPs are reached at (LID on InfiniBand, a GID on RoCE) and QP state changes.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ptl::verbs {
+
+struct PortAddress {
+    uint8_t link_layer = IBV_LINK_LAYER_INFINIBAND;
+    uint8_t mtu = IBV_MTU_1024;
+    uint16_t lid = 0;
+    uint8_t gid[16] = {};
+};
+
+class Device {
+public:
+    // `spec`: "name" or "name:port"; empty picks the first device with an active port.
+    // `gid_index` < 0 picks RoCE v2 with an IPv4 address where there is one.
+    static Device *open(const std::string &spec, int gid_index, std::string *err);
+    ~Device();
+    Device(const Device &) = delete;
+    Device &operator=(const Device &) = delete;
+
+    ibv_context *context() const { return ctx_; }
+    ibv_pd *pd() const { return pd_; }
+    const std::string &name() const { return name_; }
+    const PortAddress &address() const { return addr_; }
+    uint32_t max_inline_data() const { return max_inline_; }
+
+    // A reliable-connected QP on `cq`, in INIT, with the given queue sizes.
+    ibv_qp *create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std::string *err);
+    // INIT -> RTR -> RTS towards the remote QP at `remote`; `timeout` is the local ACK
+    // timeout exponent (4.096 us << timeout), retried 7 times before the QP fails.
+    bool connect_qp(ibv_qp *qp, uint32_t my_psn, const PortAddress &remote, uint32_t remote_qpn,
+                    uint32_t remote_psn, uint8_t timeout, std::string *err);
+
+private:
+    Device() = default;
+    ibv_context *ctx_ = nullptr;
+    ibv_pd *pd_ = nullptr;
+    std::string name_;
+    uint8_t port_ = 1;
+    int gid_index_ = 0;
+    uint32_t max_inline_ = 0;
+    uint8_t max_rd_atom_ = 1;       // RDMA reads a QP answers at once
+    uint8_t max_init_rd_atom_ = 1;  // RDMA reads a QP has outstanding
+    PortAddress addr_;
+};
+
+}  // namespace ptl::verbs

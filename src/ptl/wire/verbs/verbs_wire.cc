@@ -1,0 +1,536 @@
+#include "verbs_wire.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "../../util/clock.h"
+
+namespace ptl::verbs {
+
+namespace {
+
+// The first buffer of every message starts with this; the rest of the message follows it
+// and continues in the next buffers of the same connection (RC keeps them in order).
+struct FrameHead {
+    uint32_t header_len;
+    uint32_t reserved;
+    uint64_t payload_len;
+};
+static_assert(sizeof(FrameHead) == 16);
+
+constexpr uint32_t kCreditRecvs = 16;  // on a sending QP, for the receiver's credit returns
+constexpr uint32_t kCreditSends = 8;   // on a receiving QP, outstanding credit returns
+constexpr uint32_t kMaxHeader = 4096;
+constexpr int kPollBatch = 32;
+
+enum WrKind : uint64_t { kTxSend = 0, kCreditRecv = 1, kRx = 2, kCreditSend = 3 };
+
+uint64_t wr_id(WrKind k, uint32_t conn, uint32_t slot) {
+    return uint64_t(k) << 62 | uint64_t(conn & 0x3fffffff) << 32 | slot;
+}
+WrKind kind_of(uint64_t id) {
+    return WrKind(id >> 62);
+}
+uint32_t conn_of(uint64_t id) {
+    return uint32_t(id >> 32) & 0x3fffffff;
+}
+uint32_t slot_of(uint64_t id) {
+    return uint32_t(id);
+}
+
+}  // namespace
+
+VerbsWire::OutConn::~OutConn() {
+    if (qp) ibv_destroy_qp(qp);
+    if (tx_mr) ibv_dereg_mr(tx_mr);
+}
+
+VerbsWire::InConn::~InConn() {
+    if (qp) ibv_destroy_qp(qp);
+    if (rx_mr) ibv_dereg_mr(rx_mr);
+}
+
+std::unique_ptr<VerbsWire> VerbsWire::create(PeerId self, const VerbsConfig &cfg, Wire *control,
+                                             std::function<void()> wake, std::string *err) {
+    std::unique_ptr<VerbsWire> w(new VerbsWire(self, cfg, control));
+    w->wake_ = std::move(wake);
+    if (!w->init(err)) return nullptr;
+    return w;
+}
+
+bool VerbsWire::init(std::string *err) {
+    if (cfg_.buf_size < 256) cfg_.buf_size = 256;
+    if (cfg_.rx_depth < 8) cfg_.rx_depth = 8;
+    tx_depth_ = std::min<uint32_t>(cfg_.rx_depth, 128);
+    dev_.reset(Device::open(cfg_.device, cfg_.gid_index, err));
+    if (!dev_) return false;
+    channel_ = ibv_create_comp_channel(dev_->context());
+    if (!channel_) {
+        *err = std::string("ibv_create_comp_channel: ") + std::strerror(errno);
+        return false;
+    }
+    cq_size_ = 4096;
+    cq_ = ibv_create_cq(dev_->context(), int(cq_size_), nullptr, channel_, 0);
+    if (!cq_) {
+        *err = std::string("ibv_create_cq: ") + std::strerror(errno);
+        return false;
+    }
+    stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (stop_fd_ < 0) {
+        *err = std::string("eventfd: ") + std::strerror(errno);
+        return false;
+    }
+    epoch_seed_ = uint32_t(std::random_device{}());
+    watcher_ = std::thread([this] { watch(); });
+    return true;
+}
+
+VerbsWire::~VerbsWire() {
+    stop_.store(true, std::memory_order_release);
+    if (stop_fd_ >= 0) {
+        const uint64_t one = 1;
+        if (write(stop_fd_, &one, sizeof one) < 0) {
+        }
+    }
+    if (watcher_.joinable()) watcher_.join();
+    out_by_id_.clear();
+    in_by_id_.clear();
+    out_.clear();
+    in_.clear();
+    if (cq_) ibv_destroy_cq(cq_);
+    if (channel_) ibv_destroy_comp_channel(channel_);
+    if (stop_fd_ >= 0) close(stop_fd_);
+}
+
+bool VerbsWire::reserve_cq(uint32_t entries) {
+    if (cq_used_ + entries > cq_size_) {
+        uint32_t want = cq_size_;
+        while (cq_used_ + entries > want) want *= 2;
+        if (ibv_resize_cq(cq_, int(want)) != 0) return false;
+        cq_size_ = want;
+    }
+    cq_used_ += entries;
+    return true;
+}
+
+ControlMsg VerbsWire::describe(ControlKind kind, ibv_qp *qp, uint32_t psn) const {
+    ControlMsg c{};
+    c.magic = kControlMagic;
+    c.kind = uint8_t(kind);
+    const PortAddress &a = dev_->address();
+    c.link_layer = a.link_layer;
+    c.mtu = a.mtu;
+    c.lid = a.lid;
+    std::memcpy(c.gid, a.gid, 16);
+    c.qpn = qp ? qp->qp_num : 0;
+    c.psn = psn;
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending side
+
+VerbsWire::OutConn *VerbsWire::out_conn(PeerId to) {
+    auto it = out_.find(to);
+    if (it != out_.end()) return it->second.get();
+    auto c = std::make_unique<OutConn>();
+    c->peer = to;
+    c->id = next_id_++;
+    c->psn = (epoch_seed_ + c->id * 7919u) & 0xffffff;
+    c->epoch = epoch_seed_ ^ c->id;
+    c->started_ns = monotonic_ns();
+    std::string err;
+    if (!reserve_cq(tx_depth_ + kCreditRecvs + 4)) {
+        c->state = State::OverControl;
+    } else if (!(c->qp = dev_->create_qp(cq_, tx_depth_ + 4, kCreditRecvs, &err))) {
+        c->state = State::OverControl;
+    } else {
+        for (uint32_t i = 0; i < kCreditRecvs; ++i) post_credit_rx(*c);
+        ControlMsg m = describe(ControlKind::Connect, c->qp, c->psn);
+        m.epoch = c->epoch;
+        if (control_->send(to, &m, sizeof m, nullptr, 0)) {
+            ++connecting_;
+        } else {
+            c->state = State::Failed;
+            dead_.insert(to);
+        }
+    }
+    OutConn *raw = c.get();
+    out_by_id_[raw->id] = raw;
+    out_[to] = std::move(c);
+    return raw;
+}
+
+bool VerbsWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                     int payload_count) {
+    if (dead_.count(to)) return false;
+    OutConn *c = out_conn(to);
+    if (c->state == State::OverControl) return control_->send(to, header, header_len, payload, payload_count);
+    if (c->state == State::Failed) return false;
+    size_t plen = 0;
+    for (int i = 0; i < payload_count; ++i) plen += payload[i].iov_len;
+    if (header_len > kMaxHeader || plen > cfg_.max_message) return false;
+    FrameHead fh{uint32_t(header_len), 0, plen};
+    std::vector<char> frame(sizeof fh + header_len + plen);
+    char *p = frame.data();
+    std::memcpy(p, &fh, sizeof fh);
+    p += sizeof fh;
+    std::memcpy(p, header, header_len);
+    p += header_len;
+    for (int i = 0; i < payload_count; ++i) {
+        if (payload[i].iov_len) std::memcpy(p, payload[i].iov_base, payload[i].iov_len);
+        p += payload[i].iov_len;
+    }
+    c->backlog.push_back(std::move(frame));
+    if (c->state == State::Ready) drain(*c);
+    return true;
+}
+
+bool VerbsWire::post_fragment(OutConn &c, const char *data, size_t len) {
+    const uint32_t slot = c.tx_head % tx_depth_;
+    char *buf = c.tx.get() + size_t(slot) * c.buf_size;
+    std::memcpy(buf, data, len);
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf), uint32_t(len), c.tx_mr->lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id(kTxSend, c.id, slot);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED | (len <= dev_->max_inline_data() ? IBV_SEND_INLINE : 0);
+    if (ibv_post_send(c.qp, &wr, &bad) != 0) return false;
+    ++c.tx_head;
+    --c.credits;
+    return true;
+}
+
+void VerbsWire::drain(OutConn &c) {
+    while (!c.backlog.empty() && c.state == State::Ready) {
+        const std::vector<char> &f = c.backlog.front();
+        while (c.backlog_off < f.size()) {
+            if (c.credits == 0 || c.tx_head - c.tx_tail >= tx_depth_) return;
+            const size_t len = std::min<size_t>(c.buf_size, f.size() - c.backlog_off);
+            if (!post_fragment(c, f.data() + c.backlog_off, len)) {
+                fail_out(c);
+                return;
+            }
+            c.backlog_off += len;
+        }
+        c.backlog.pop_front();
+        c.backlog_off = 0;
+    }
+}
+
+void VerbsWire::post_credit_rx(OutConn &c) {
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id(kCreditRecv, c.id, 0);
+    wr.num_sge = 0;
+    ibv_post_recv(c.qp, &wr, &bad);
+}
+
+void VerbsWire::on_accept(PeerId from, const ControlMsg &m) {
+    auto it = out_.find(from);
+    if (it == out_.end()) return;
+    OutConn &c = *it->second;
+    if (c.state != State::Connecting || m.epoch != c.epoch) return;
+    --connecting_;
+    if (ControlKind(m.kind) == ControlKind::Reject || m.link_layer != dev_->address().link_layer) {
+        fall_back(c);
+        return;
+    }
+    PortAddress remote;
+    remote.link_layer = m.link_layer;
+    remote.mtu = m.mtu;
+    remote.lid = m.lid;
+    std::memcpy(remote.gid, m.gid, 16);
+    c.buf_size = std::max<uint32_t>(256, m.buf_size);
+    c.credits = m.rx_depth;
+    c.tx.reset(new char[size_t(tx_depth_) * c.buf_size]);
+    c.tx_mr = ibv_reg_mr(dev_->pd(), c.tx.get(), size_t(tx_depth_) * c.buf_size, IBV_ACCESS_LOCAL_WRITE);
+    std::string err;
+    if (!c.tx_mr || !dev_->connect_qp(c.qp, c.psn, remote, m.qpn, m.psn, cfg_.ack_timeout, &err)) {
+        std::fprintf(stderr, "portals: verbs connection to %u.%u.%u.%u:%u failed (%s); using tcp\n",
+                     from.nid >> 24, (from.nid >> 16) & 255, (from.nid >> 8) & 255, from.nid & 255, from.pid,
+                     c.tx_mr ? err.c_str() : "ibv_reg_mr");
+        fall_back(c);
+        return;
+    }
+    c.state = State::Ready;
+    drain(c);
+}
+
+void VerbsWire::fall_back(OutConn &c) {
+    c.state = State::OverControl;
+    for (auto &f : c.backlog) {
+        FrameHead fh;
+        std::memcpy(&fh, f.data(), sizeof fh);
+        iovec v{f.data() + sizeof fh + fh.header_len, size_t(fh.payload_len)};
+        control_->send(c.peer, f.data() + sizeof fh, fh.header_len, &v, 1);
+    }
+    c.backlog.clear();
+}
+
+void VerbsWire::fail_out(OutConn &c) {
+    if (c.state == State::Connecting) --connecting_;
+    c.state = State::Failed;
+    c.backlog.clear();
+    dead_.insert(c.peer);
+}
+
+// ---------------------------------------------------------------------------------------
+// Receiving side
+
+void VerbsWire::on_control(const InMessage &m) {
+    const ControlMsg c = control_of(m);
+    switch (ControlKind(c.kind)) {
+        case ControlKind::Connect: on_connect(m.from, c); break;
+        case ControlKind::Accept:
+        case ControlKind::Reject: on_accept(m.from, c); break;
+        default: ++malformed_;
+    }
+}
+
+void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
+    if (m.link_layer != dev_->address().link_layer) {
+        send_reject(*control_, from, m.epoch);
+        return;
+    }
+    if (auto it = in_.find(from); it != in_.end()) {
+        if (it->second->epoch == m.epoch) return;  // a duplicate
+        in_by_id_.erase(it->second->id);           // the peer reconnects: a new process or QP
+        in_.erase(it);
+    }
+    auto c = std::make_unique<InConn>();
+    c->peer = from;
+    c->id = next_id_++;
+    c->epoch = m.epoch;
+    const uint32_t psn = (epoch_seed_ + c->id * 104729u) & 0xffffff;
+    std::string err;
+    const size_t bytes = size_t(cfg_.rx_depth) * cfg_.buf_size;
+    c->rx.reset(new char[bytes]);
+    c->rx_mr = ibv_reg_mr(dev_->pd(), c->rx.get(), bytes, IBV_ACCESS_LOCAL_WRITE);
+    PortAddress remote;
+    remote.link_layer = m.link_layer;
+    remote.mtu = m.mtu;
+    remote.lid = m.lid;
+    std::memcpy(remote.gid, m.gid, 16);
+    bool ok = c->rx_mr && reserve_cq(cfg_.rx_depth + kCreditSends);
+    if (ok) ok = (c->qp = dev_->create_qp(cq_, kCreditSends, cfg_.rx_depth, &err)) != nullptr;
+    if (ok) {
+        for (uint32_t i = 0; i < cfg_.rx_depth; ++i) post_rx(*c, i);
+        ok = dev_->connect_qp(c->qp, psn, remote, m.qpn, m.psn, cfg_.ack_timeout, &err);
+    }
+    if (!ok) {
+        std::fprintf(stderr, "portals: verbs connection from %u.%u.%u.%u:%u refused (%s)\n", from.nid >> 24,
+                     (from.nid >> 16) & 255, (from.nid >> 8) & 255, from.nid & 255, from.pid,
+                     err.empty() ? "no memory for its buffers" : err.c_str());
+        send_reject(*control_, from, m.epoch);
+        return;
+    }
+    ControlMsg a = describe(ControlKind::Accept, c->qp, psn);
+    a.epoch = m.epoch;
+    a.rx_depth = cfg_.rx_depth;
+    a.buf_size = cfg_.buf_size;
+    in_by_id_[c->id] = c.get();
+    in_[from] = std::move(c);
+    control_->send(from, &a, sizeof a, nullptr, 0);
+}
+
+void VerbsWire::post_rx(InConn &c, uint32_t slot) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(c.rx.get() + size_t(slot) * cfg_.buf_size), cfg_.buf_size,
+                c.rx_mr->lkey};
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id(kRx, c.id, slot);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    if (ibv_post_recv(c.qp, &wr, &bad) != 0) c.failed = true;
+}
+
+// Returned in quarters of the buffers: a sender with no credits left has rx_depth
+// unreturned, so a receiver that keeps consuming always owes it a return.
+void VerbsWire::return_credits(InConn &c) {
+    const uint32_t owed = c.consumed - c.returned;
+    if (owed < std::max<uint32_t>(1, cfg_.rx_depth / 4) || c.credit_sends >= kCreditSends) return;
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id(kCreditSend, c.id, 0);
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = htonl(c.consumed);
+    wr.num_sge = 0;
+    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+        c.failed = true;
+        return;
+    }
+    ++c.credit_sends;
+    c.returned = c.consumed;
+}
+
+void VerbsWire::on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler) {
+    const char *buf = c.rx.get() + size_t(slot) * cfg_.buf_size;
+    auto deliver = [&](const char *frame) {
+        FrameHead fh;
+        std::memcpy(&fh, frame, sizeof fh);
+        InMessage m;
+        m.from = c.peer;
+        m.header = frame + sizeof fh;
+        m.header_len = fh.header_len;
+        m.payload = frame + sizeof fh + fh.header_len;
+        m.payload_len = size_t(fh.payload_len);
+        m.via = this;
+        handler(m);
+    };
+    if (c.partial_want == 0) {
+        FrameHead fh;
+        if (len < sizeof fh) {
+            ++malformed_;
+        } else {
+            std::memcpy(&fh, buf, sizeof fh);
+            const uint64_t total = sizeof fh + uint64_t(fh.header_len) + fh.payload_len;
+            if (fh.header_len > kMaxHeader || fh.payload_len > cfg_.max_message || len > total ||
+                (len < total && len != cfg_.buf_size)) {
+                ++malformed_;
+            } else if (len == total) {
+                deliver(buf);
+            } else {
+                c.partial.assign(buf, buf + len);
+                c.partial_want = size_t(total);
+            }
+        }
+    } else {
+        const size_t room = c.partial_want - c.partial.size();
+        if (len > room || (len < room && len != cfg_.buf_size)) {
+            ++malformed_;
+            c.partial.clear();
+            c.partial_want = 0;
+        } else {
+            c.partial.insert(c.partial.end(), buf, buf + len);
+            if (c.partial.size() == c.partial_want) {
+                std::vector<char> whole;
+                whole.swap(c.partial);
+                c.partial_want = 0;
+                deliver(whole.data());
+            }
+        }
+    }
+    post_rx(c, slot);
+    ++c.consumed;
+    return_credits(c);
+}
+
+int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
+    const WrKind kind = kind_of(wc.wr_id);
+    const uint32_t id = conn_of(wc.wr_id);
+    if (kind == kTxSend || kind == kCreditRecv) {
+        auto it = out_by_id_.find(id);
+        if (it == out_by_id_.end()) return 0;
+        OutConn &c = *it->second;
+        if (wc.status != IBV_WC_SUCCESS) {
+            if (wc.status != IBV_WC_WR_FLUSH_ERR || c.state != State::Failed) fail_out(c);
+            return 1;
+        }
+        if (kind == kTxSend) {
+            ++c.tx_tail;
+        } else {
+            const uint32_t consumed = ntohl(wc.imm_data);
+            c.credits += consumed - c.peer_consumed;
+            c.peer_consumed = consumed;
+            post_credit_rx(c);
+        }
+        drain(c);
+        return 1;
+    }
+    auto it = in_by_id_.find(id);
+    if (it == in_by_id_.end()) return 0;
+    InConn &c = *it->second;
+    if (wc.status != IBV_WC_SUCCESS) {
+        c.failed = true;
+        return 1;
+    }
+    if (kind == kRx)
+        on_receive(c, slot_of(wc.wr_id), wc.byte_len, handler);
+    else if (--c.credit_sends == kCreditSends - 1)
+        return_credits(c);  // one was held back for want of a send slot
+    return 1;
+}
+
+int VerbsWire::progress(const MessageHandler &handler) {
+    int work = 0;
+    if (!stashed_.empty()) {
+        std::vector<ibv_wc> s;
+        s.swap(stashed_);
+        for (const ibv_wc &wc : s) work += handle_wc(wc, handler);
+    }
+    ibv_wc wc[kPollBatch];
+    for (;;) {
+        const int n = ibv_poll_cq(cq_, kPollBatch, wc);
+        if (n <= 0) break;
+        for (int i = 0; i < n; ++i) work += handle_wc(wc[i], handler);
+        if (n < kPollBatch) break;
+    }
+    if (connecting_) check_timeouts();
+    return work;
+}
+
+void VerbsWire::check_timeouts() {
+    const uint64_t now = monotonic_ns();
+    for (auto &[peer, c] : out_) {
+        if (c->state != State::Connecting) continue;
+        if (now - c->started_ns < uint64_t(cfg_.timeout_ms) * 1000000ull) continue;
+        // No answer at all: the peer may be an engine that ignores our setup messages; tcp
+        // reaches it if anything does.
+        --connecting_;
+        fall_back(*c);
+    }
+}
+
+bool VerbsWire::peer_dead(PeerId p) {
+    if (dead_.count(p)) return true;
+    if (auto it = in_.find(p); it != in_.end() && it->second->failed) return true;
+    return control_->peer_dead(p);
+}
+
+uint64_t VerbsWire::take_malformed() {
+    const uint64_t m = malformed_;
+    malformed_ = 0;
+    return m;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sleeping
+
+void VerbsWire::arm_wakeup() {
+    ibv_req_notify_cq(cq_, 0);
+    // A completion that came before the request raises no event: look once more.
+    ibv_wc wc[kPollBatch];
+    const int n = ibv_poll_cq(cq_, kPollBatch, wc);
+    if (n > 0) {
+        stashed_.insert(stashed_.end(), wc, wc + n);
+        wake_();
+    }
+}
+
+void VerbsWire::watch() {
+    pthread_setname_np(pthread_self(), "ptl-verbs-watch");
+    pollfd fds[2] = {{channel_->fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    while (!stop_.load(std::memory_order_acquire)) {
+        if (poll(fds, 2, -1) < 0) continue;
+        if (stop_.load(std::memory_order_acquire)) break;
+        if (fds[0].revents & POLLIN) {
+            ibv_cq *cq;
+            void *ctx;
+            if (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
+                ibv_ack_cq_events(cq, 1);
+                wake_();
+            }
+        }
+    }
+}
+
+}  // namespace ptl::verbs

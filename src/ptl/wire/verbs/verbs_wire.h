@@ -1,0 +1,139 @@
+// The verbs wire: processes on other hosts reached over an RDMA device (InfiniBand, RoCE;
+// soft-RoCE in the guest tests). Each direction between two processes is one reliable
+// connected QP, created by the first send and agreed over the tcp wire (verbs_control.h);
+// messages wait in order until it is up, or go over tcp when the peer has no verbs. Messages
+// land in receive buffers the receiver posted for that sender; the sender spends one credit
+// per buffer and the receiver returns them in batches (a zero-length send with the count in
+// its immediate data), so a message never meets a missing buffer. Larger messages span
+// several buffers. One completion queue serves every QP; a watcher thread turns completions
+// into a wake-up only while the engine sleeps.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "../wire.h"
+#include "verbs_control.h"
+#include "verbs_device.h"
+
+namespace ptl::verbs {
+
+struct VerbsConfig {
+    std::string device;                        // PTL_VERBS_DEVICE: name[:port]; empty: the first active one
+    int gid_index = -1;                        // PTL_VERBS_GID_INDEX
+    uint32_t rx_depth = 64;                    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer
+    uint32_t buf_size = 8192;                  // PTL_VERBS_BUF_SIZE
+    uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
+    long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
+    uint8_t ack_timeout = 16;                  // QP ACK timeout exponent: 4.096 us << 16 = 268 ms, 7 retries
+};
+
+class VerbsWire final : public Wire {
+public:
+    // `control` (the tcp wire) carries connection setup and the peers without verbs.
+    static std::unique_ptr<VerbsWire> create(PeerId self, const VerbsConfig &cfg, Wire *control,
+                                             std::function<void()> wake, std::string *err);
+    ~VerbsWire() override;
+
+    bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+              int payload_count) override;
+    size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
+    int progress(const MessageHandler &handler) override;
+    bool peer_dead(PeerId) override;
+
+    // A connection-setup message that arrived over the control wire.
+    void on_control(const InMessage &m);
+    // The next completion calls `wake` once. Call after deciding to sleep.
+    void arm_wakeup();
+    uint64_t take_malformed();
+    const std::string &device_name() const { return dev_->name(); }
+
+private:
+    enum class State { Connecting, Ready, OverControl, Failed };
+    struct OutConn {
+        PeerId peer{};
+        uint32_t id = 0;
+        State state = State::Connecting;
+        ibv_qp *qp = nullptr;
+        uint32_t psn = 0;
+        uint32_t epoch = 0;
+        uint64_t started_ns = 0;
+        uint32_t credits = 0;
+        uint32_t peer_consumed = 0;             // the last count the receiver returned
+        uint32_t buf_size = 0;                  // the receiver's buffers
+        uint32_t tx_head = 0, tx_tail = 0;      // send slots posted / completed
+        std::deque<std::vector<char>> backlog;  // whole frames not yet posted, in order
+        size_t backlog_off = 0;                 // bytes of the front frame already posted
+        std::unique_ptr<char[]> tx;             // tx_depth_ slots of buf_size bytes
+        ibv_mr *tx_mr = nullptr;
+        ~OutConn();
+    };
+    struct InConn {
+        PeerId peer{};
+        uint32_t id = 0;
+        ibv_qp *qp = nullptr;
+        uint32_t epoch = 0;
+        uint32_t consumed = 0, returned = 0;
+        uint32_t credit_sends = 0;  // posted, not completed
+        std::vector<char> partial;  // a message spanning buffers
+        size_t partial_want = 0;
+        bool failed = false;
+        std::unique_ptr<char[]> rx;  // rx_depth slots of buf_size bytes
+        ibv_mr *rx_mr = nullptr;
+        ~InConn();
+    };
+
+    VerbsWire(PeerId self, const VerbsConfig &cfg, Wire *control)
+        : self_(self), cfg_(cfg), control_(control) {}
+    bool init(std::string *err);
+    OutConn *out_conn(PeerId to);
+    void on_connect(PeerId from, const ControlMsg &c);
+    void on_accept(PeerId from, const ControlMsg &c);
+    void fall_back(OutConn &c);
+    void fail_out(OutConn &c);
+    bool reserve_cq(uint32_t entries);
+    // Posts as much of the backlog as credits and send slots allow.
+    void drain(OutConn &c);
+    bool post_fragment(OutConn &c, const char *data, size_t len);
+    void post_rx(InConn &c, uint32_t slot);
+    void post_credit_rx(OutConn &c);
+    void return_credits(InConn &c);
+    void on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
+    int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
+    void check_timeouts();
+    void watch();
+    ControlMsg describe(ControlKind kind, ibv_qp *qp, uint32_t psn) const;
+
+    PeerId self_;
+    VerbsConfig cfg_;
+    Wire *control_;
+    std::unique_ptr<Device> dev_;
+    ibv_comp_channel *channel_ = nullptr;
+    ibv_cq *cq_ = nullptr;
+    uint32_t cq_size_ = 0, cq_used_ = 0;
+    uint32_t tx_depth_ = 0;
+    std::unordered_map<PeerId, std::unique_ptr<OutConn>, PeerIdHash> out_;
+    std::unordered_map<PeerId, std::unique_ptr<InConn>, PeerIdHash> in_;
+    std::unordered_map<uint32_t, OutConn *> out_by_id_;
+    std::unordered_map<uint32_t, InConn *> in_by_id_;
+    std::unordered_set<PeerId, PeerIdHash> dead_;
+    uint32_t next_id_ = 1;
+    uint32_t epoch_seed_ = 0;
+    int connecting_ = 0;
+    uint64_t malformed_ = 0;
+    std::vector<ibv_wc> stashed_;  // polled while arming, handled by the next progress
+
+    std::function<void()> wake_;
+    int stop_fd_ = -1;
+    std::atomic<bool> stop_{false};
+    std::thread watcher_;
+};
+
+}  // namespace ptl::verbs
