@@ -14,7 +14,8 @@
 #   --mem MB        guest memory (default 4096)
 #
 # Environment: PTL_GUEST_ACCEL=auto|kvm|tcg (auto: KVM where it can boot a stock kernel,
-# else qemu's software emulation, which is slower but runs anywhere); COMMAND sees PATH,
+# else qemu's software emulation, which is slower but runs anywhere), PTL_GUEST_KERNEL_ARGS
+# (added to the guest kernel's command line); COMMAND sees PATH,
 # HOME and every PTL_*, UCX_*, PORTALS_UCX_*, GTEST_*, OMPI_* and MPICH variable set here.
 # The kernel, its modules and the initramfs are built once into
 # $PORTALS_UCX_CACHE/guest-<key> (key: this script, the kernel package and busybox versions).
@@ -138,8 +139,10 @@ INIT
 job=$(mktemp -d "${TMPDIR:-/tmp}/guest-run.XXXXXX")
 qpid=""
 cleanup() {
-  [ -n "$qpid" ] && kill -9 "$qpid" 2>/dev/null && wait "$qpid" 2>/dev/null
+  local rc=$?
+  if [ -n "$qpid" ]; then kill -9 "$qpid" 2>/dev/null; wait "$qpid" 2>/dev/null; fi
   rm -rf "$job"
+  return $rc
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -218,7 +221,12 @@ fi
 set -e
 case $rc in
   0) ;;
-  124) echo "guest-run: timed out after $timeout s" >&2; exit 124 ;;
+  124)
+    echo "guest-run: timed out after $timeout s" >&2
+    kill -9 "$qpid" 2>/dev/null || true
+    wait "$qpid" 2>/dev/null || true
+    qpid=""
+    exit 124 ;;
   *) exit 1 ;;
 esac
 [ -f "$job/status" ] || { echo "guest-run: the guest stopped without a status" >&2; exit 1; }
