@@ -46,6 +46,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 ip link set lo up
+# A 1 MiB RDMA read answers with a burst of packets: a backlog of 1000 drops part of it, and
+# every loss costs rxe a retransmission timeout. Jumbo frames give rxe its 4096-byte MTU.
+sysctl -qw net.core.netdev_max_backlog=30000
 for k in all default; do
   sysctl -qw "net.ipv4.conf.$k.rp_filter=0" "net.ipv4.conf.$k.accept_local=1" "net.ipv4.conf.$k.arp_ignore=1"
 done
@@ -55,7 +58,7 @@ ip -n "$hub" link set br0 up
 i=0
 while [ "$i" -lt "$n" ]; do
   addr="10.88.0.$((i + 1))"
-  ip link add "rdma$i" type veth peer name "p$i" netns "$hub"
+  ip link add "rdma$i" mtu 9000 type veth peer name "p$i" mtu 9000 netns "$hub"
   ip -n "$hub" link set "p$i" master br0 up
   ip addr add "$addr/24" dev "rdma$i"
   ip link set "rdma$i" up

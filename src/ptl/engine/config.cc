@@ -57,6 +57,7 @@ Config Config::from_env() {
     if (const char *d = std::getenv("PTL_VERBS_DEVICE")) c.verbs_device = d;
     c.verbs_gid_index = int(env_long("PTL_VERBS_GID_INDEX", c.verbs_gid_index));
     c.verbs_rx_depth = uint32_t(std::clamp(env_long("PTL_VERBS_RX_DEPTH", c.verbs_rx_depth), 8L, 4096L));
+    c.verbs_ack_timeout = int(std::clamp(env_long("PTL_VERBS_ACK_TIMEOUT", c.verbs_ack_timeout), 1L, 31L));
     c.verbs_buf_size = uint32_t(std::clamp(env_long("PTL_VERBS_BUF_SIZE", c.verbs_buf_size), 256L, 1L << 20));
     return c;
 }

@@ -220,6 +220,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         vc.gid_index = cfg_.verbs_gid_index;
         vc.rx_depth = cfg_.verbs_rx_depth;
         vc.buf_size = cfg_.verbs_buf_size;
+        vc.ack_timeout = uint8_t(cfg_.verbs_ack_timeout);
         vc.timeout_ms = cfg_.tcp_timeout_ms;
         verbs_ = verbs::VerbsWire::create(
             self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);

@@ -170,6 +170,7 @@ private:
                          ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
     void on_ack(Ni *ni, PeerId from, const proto::Header &h);
     void on_reply(Ni *ni, PeerId from, const proto::Header &h, const void *payload, size_t len);
+    void release_export(const PendingOp &p);
     void fail_op(Ni *ni, uint64_t id, ptl_ni_fail_t fail);
     void check_dead_peers();
 

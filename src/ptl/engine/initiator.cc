@@ -23,10 +23,17 @@ uint8_t proto_op(TrigKind k) {
     }
 }
 
-void add_segments(const Region &r, uint64_t off, uint64_t len, SmallVec<proto::Segment, 8> &out) {
+// The region's bytes as segments the peer's wire can reach; false if the wire cannot export
+// them (the data then travels inline).
+bool add_segments(Wire &w, PeerId peer, const Region &r, uint64_t off, uint64_t len, bool writable,
+                  SmallVec<proto::Segment, 8> &out, uint64_t *export_id) {
     IovList v;
     r.pieces(off, len, v);
-    for (auto &p : v) out.push_back({reinterpret_cast<uint64_t>(p.iov_base), p.iov_len});
+    SmallVec<uint64_t, 8> keys(v.size());
+    if (!w.export_memory(peer, v.data(), int(v.size()), writable, keys.data(), export_id)) return false;
+    for (size_t i = 0; i < v.size(); ++i)
+        out.push_back({reinterpret_cast<uint64_t>(v[i].iov_base), v[i].iov_len, keys[i]});
+    return true;
 }
 
 }  // namespace
@@ -74,19 +81,21 @@ int Engine::check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
         return PTL_ARG_INVALID;  // B9
     if (get_md && (get_off > get_md->region.length || a.length > get_md->region.length - get_off))
         return PTL_ARG_INVALID;
-    const ptl_ack_req_t ack_req = c.ack_req = (kind == TrigKind::Put || kind == TrigKind::Atomic) ? a.ack_req : PTL_NO_ACK_REQ;
+    const ptl_ack_req_t ack_req = c.ack_req =
+        (kind == TrigKind::Put || kind == TrigKind::Atomic) ? a.ack_req : PTL_NO_ACK_REQ;
     if (ack_req > PTL_OC_ACK_REQ) return PTL_ARG_INVALID;
     if (put_md && (put_md->desc.options & PTL_MD_UNRELIABLE) &&
         (kind != TrigKind::Put || ack_req != PTL_NO_ACK_REQ))
         return PTL_ARG_INVALID;  // D8
     c.operand_len = 0;
     if (kind == TrigKind::Atomic || two_mds) {
-        const atomics::Call call = kind == TrigKind::Atomic   ? atomics::Call::Atomic
+        const atomics::Call call = kind == TrigKind::Atomic ? atomics::Call::Atomic
                                    : kind == TrigKind::Swap ? atomics::Call::Swap
                                                             : atomics::Call::FetchAtomic;
         if (!atomics::legal(a.op, a.datatype, call)) return PTL_ARG_INVALID;
         const size_t dts = atomics::datatype_size(a.datatype);
-        const ptl_size_t limit = kind == TrigKind::Atomic ? n->limits.max_atomic_size : n->limits.max_fetch_atomic_size;
+        const ptl_size_t limit =
+            kind == TrigKind::Atomic ? n->limits.max_atomic_size : n->limits.max_fetch_atomic_size;
         if (a.length > limit || a.length % dts) return PTL_ARG_INVALID;  // A1, A2
         if (kind == TrigKind::Swap && a.op != PTL_SWAP) {
             if (a.length != dts) return PTL_ARG_INVALID;
@@ -130,18 +139,19 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     SmallVec<proto::Segment, 8> segs;
     if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
     bool rndv = false;
+    uint64_t export_id = 0;
     if (kind == TrigKind::Get) {
-        if (a.length > cfg_.rndv_threshold && w && w->has_bulk(peer)) {
+        if (a.length > cfg_.rndv_threshold && w && w->has_bulk(peer) &&
+            add_segments(*w, peer, get_md->region, get_off, a.length, true, segs, &export_id))
             h.flags |= proto::kBulkReply;
-            add_segments(get_md->region, get_off, a.length, segs);
-        }
     } else {
-        const bool volatile_fits = (put_md->desc.options & PTL_MD_VOLATILE) && operand_len + a.length <= payload_room;
+        const bool volatile_fits =
+            (put_md->desc.options & PTL_MD_VOLATILE) && operand_len + a.length <= payload_room;
         rndv = kind == TrigKind::Put && a.length > cfg_.rndv_threshold && !volatile_fits && w &&
-               w->has_bulk(peer);
+               w->has_bulk(peer) &&
+               add_segments(*w, peer, put_md->region, put_off, a.length, false, segs, &export_id);
         if (rndv) {
             h.flags |= proto::kRendezvous;
-            add_segments(put_md->region, put_off, a.length, segs);
         } else {
             put_md->region.pieces(put_off, a.length, iov);
         }
@@ -165,12 +175,14 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
         p.ack_req = ack_req;
         p.send_due = rndv;
         p.reply_due = reply_due;
+        p.export_id = export_id;
         h.op_id = n->pending.add(p);
     }
     const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
     if (!sent) {
         PendingOp unused;
         if (response_due) n->pending.take(h.op_id, &unused);
+        if (export_id) w->release_export(export_id);
         // Undeliverable right away: complete locally with the failure (F1).
         if (put_md) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
         if (get_md)
@@ -193,6 +205,7 @@ void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
         n->count(PTL_SR_DROP_COUNT);
         return;
     }
+    release_export(p);
     Md *md = n->md(p.put_md);
     const ptl_ni_fail_t fail = h.ni_fail;
     if (p.send_due) {
@@ -200,7 +213,8 @@ void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
             --md->pending;
             // The data left our buffer (or never will): local completion.
             const bool delivered = !(h.flags & proto::kSendOnly) || fail == PTL_NI_OK;
-            initiator_event(md, PTL_EVENT_SEND, delivered ? PTL_NI_OK : fail, p.length, 0, 0, p.user_ptr, true);
+            initiator_event(md, PTL_EVENT_SEND, delivered ? PTL_NI_OK : fail, p.length, 0, 0, p.user_ptr,
+                            true);
         }
     }
     if (h.flags & proto::kSendOnly || p.ack_req == PTL_NO_ACK_REQ) return;
@@ -224,6 +238,7 @@ void Engine::on_reply(Ni *n, PeerId from, const proto::Header &h, const void *pa
         n->count(PTL_SR_DROP_COUNT);
         return;
     }
+    release_export(p);
     Md *md = n->md(p.get_md);
     if (!md) {
         n->count(PTL_SR_DROP_COUNT);
@@ -239,9 +254,17 @@ void Engine::on_reply(Ni *n, PeerId from, const proto::Header &h, const void *pa
     initiator_event(md, PTL_EVENT_REPLY, fail, mlength, h.remote_offset, h.ptl_list, p.user_ptr, true);
 }
 
+// The target is done with our memory: its bulk transfer finished before its response left,
+// or it is gone.
+void Engine::release_export(const PendingOp &p) {
+    if (!p.export_id) return;
+    if (Wire *w = wire_for(p.peer)) w->release_export(p.export_id);
+}
+
 void Engine::fail_op(Ni *n, uint64_t id, ptl_ni_fail_t fail) {
     PendingOp p;
     if (!n->pending.take(id, &p)) return;
+    release_export(p);
     if (Md *md = n->md(p.put_md)) {
         if (p.send_due) {
             --md->pending;

@@ -24,8 +24,9 @@ struct PendingOp {
     void *user_ptr;
     PeerId peer;
     ptl_ack_req_t ack_req;
-    bool send_due;   // rendezvous put: SEND waits until the target pulled the data
-    bool reply_due;  // get/fetch/swap
+    bool send_due;       // rendezvous put: SEND waits until the target pulled the data
+    bool reply_due;      // get/fetch/swap
+    uint64_t export_id;  // the wire's hold on our memory for the target's bulk transfer
 };
 
 class PendingTable {

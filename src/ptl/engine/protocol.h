@@ -38,7 +38,7 @@ struct Header {
     uint8_t ptl_list;  // responses: the list the operation matched in
     uint32_t pt_index;
     uint32_t uid;
-    uint32_t src_rank;  // the initiator's rank on logical NIs (PTL_RANK_ANY otherwise)
+    uint32_t src_rank;     // the initiator's rank on logical NIs (PTL_RANK_ANY otherwise)
     uint32_t operand_len;  // CSWAP/MSWAP operand bytes at the start of the payload
     uint64_t match_bits;
     uint64_t hdr_data;
@@ -53,6 +53,7 @@ static_assert(sizeof(Header) == 72);
 struct Segment {
     uint64_t addr;
     uint64_t len;
+    uint64_t key;  // what the wire needs to reach it (verbs: the rkey); 0 elsewhere
 };
 
 }  // namespace ptl::proto

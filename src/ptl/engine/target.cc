@@ -50,24 +50,21 @@ UhKind uh_kind(uint8_t op) {
     }
 }
 
-IovList segments_to_iovecs(const void *p, size_t n) {
-    IovList v(n);
-    for (size_t i = 0; i < n; ++i) {
+// The first `len` bytes of the initiator's segments, which travel after the operand, and
+// the keys its wire gave them.
+struct RemotePieces {
+    IovList iov;
+    SmallVec<uint64_t, 8> keys;
+};
+RemotePieces remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
+    RemotePieces r;
+    const size_t n = data_len / sizeof(proto::Segment);
+    for (size_t i = 0; i < n && len; ++i) {
         proto::Segment s;
-        std::memcpy(&s, static_cast<const char *>(p) + i * sizeof s, sizeof s);
-        v[i] = {reinterpret_cast<void *>(s.addr), s.len};
-    }
-    return v;
-}
-
-// The first `len` bytes of the initiator's segments, which travel after the operand.
-IovList remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
-    IovList all = segments_to_iovecs(data, data_len / sizeof(proto::Segment));
-    IovList r;
-    for (auto &s : all) {
-        if (!len) break;
-        const size_t k = std::min<size_t>(s.iov_len, len);
-        r.push_back({s.iov_base, k});
+        std::memcpy(&s, data + i * sizeof s, sizeof s);
+        const size_t k = std::min<size_t>(s.len, len);
+        r.iov.push_back({reinterpret_cast<void *>(s.addr), k});
+        r.keys.push_back(s.key);
         len -= k;
     }
     return r;
@@ -313,10 +310,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         if (!rndv) return len <= data_len && e->region.write(offset, data, len, checked);
         IovList local_iov;
         e->region.pieces(offset, len, local_iov);
-        IovList r = remote_pieces(data, data_len, len);  // pull only mlength bytes
+        RemotePieces r = remote_pieces(data, data_len, len);  // pull only mlength bytes
         Wire *w = m.via;
-        return len == 0 ||
-               (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.data(), int(r.size())));
+        return len == 0 || (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.iov.data(),
+                                              int(r.iov.size()), r.keys.data()));
     };
 
     if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {
@@ -334,10 +331,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         if (h.flags & proto::kBulkReply) {
             IovList local_iov;
             e->region.pieces(offset, mlength, local_iov);
-            IovList r = remote_pieces(data, data_len, mlength);
+            RemotePieces r = remote_pieces(data, data_len, mlength);
             Wire *w = m.via;
             ok = mlength == 0 || (w && w->bulk_write(m.from, local_iov.data(), int(local_iov.size()),
-                                                     r.data(), int(r.size())));
+                                                     r.iov.data(), int(r.iov.size()), r.keys.data()));
             reply_flags = proto::kDataWritten;
         } else {
             out.resize(mlength);

@@ -64,10 +64,25 @@ public:
     virtual int progress(const MessageHandler &handler) = 0;
 
     // Bulk data between our memory and the peer's: reads pull from `remote`, writes push into
-    // it. Returns false if the peer is gone or an address is bad. Only when `has_bulk()`.
+    // it, `remote_keys` (one per remote piece) being what the peer's export_memory gave.
+    // Returns false if the peer is gone or an address is bad. Only when `has_bulk()`.
     virtual bool has_bulk(PeerId) const { return false; }
-    virtual bool bulk_read(PeerId, const struct iovec *, int, const struct iovec *, int) { return false; }
-    virtual bool bulk_write(PeerId, const struct iovec *, int, const struct iovec *, int) { return false; }
+    virtual bool bulk_read(PeerId, const struct iovec *, int, const struct iovec *, int, const uint64_t *) {
+        return false;
+    }
+    virtual bool bulk_write(PeerId, const struct iovec *, int, const struct iovec *, int, const uint64_t *) {
+        return false;
+    }
+
+    // Makes our `pieces` reachable by the peer's bulk transfers (reads, and writes too if
+    // `writable`) until release_export(*id): fills one key per piece. False: they cannot be
+    // (the data then travels inline).
+    virtual bool export_memory(PeerId, const struct iovec *, int n, bool, uint64_t *keys, uint64_t *id) {
+        for (int i = 0; i < n; ++i) keys[i] = 0;
+        *id = 0;
+        return true;
+    }
+    virtual void release_export(uint64_t) {}
 
     // Whether the peer process is known to have gone away.
     virtual bool peer_dead(PeerId) { return false; }

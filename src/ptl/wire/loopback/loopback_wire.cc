@@ -30,19 +30,22 @@ int LoopbackWire::progress(const MessageHandler &handler) {
     for (size_t n = queue_.size(); n > 0 && !queue_.empty(); --n) {
         Msg m = std::move(queue_.front());
         queue_.pop_front();
-        InMessage in{self_, m.bytes.data(), m.header_len, m.bytes.data() + m.header_len,
-                     m.bytes.size() - m.header_len, this};
+        InMessage in{
+            self_, m.bytes.data(), m.header_len, m.bytes.data() + m.header_len, m.bytes.size() - m.header_len,
+            this};
         handler(in);
         ++work;
     }
     return work;
 }
 
-bool LoopbackWire::bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
+bool LoopbackWire::bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                             const uint64_t *) {
     return cma_transfer(getpid(), local, nl, remote, nr, false);
 }
 
-bool LoopbackWire::bulk_write(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
+bool LoopbackWire::bulk_write(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                              const uint64_t *) {
     return cma_transfer(getpid(), local, nl, remote, nr, true);
 }
 

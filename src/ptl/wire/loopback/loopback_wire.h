@@ -21,10 +21,10 @@ public:
     size_t max_inline(PeerId) const override { return 1u << 16; }
     int progress(const MessageHandler &handler) override;
     bool has_bulk(PeerId) const override { return true; }
-    bool bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote,
-                   int nr) override;
-    bool bulk_write(PeerId, const struct iovec *local, int nl, const struct iovec *remote,
-                    int nr) override;
+    bool bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                   const uint64_t *keys) override;
+    bool bulk_write(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                    const uint64_t *keys) override;
     bool pending() const { return !queue_.empty(); }
 
 private:

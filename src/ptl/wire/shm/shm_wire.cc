@@ -196,11 +196,13 @@ bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iov
     return false;
 }
 
-bool ShmWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
+bool ShmWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                        const uint64_t *) {
     return cma(from, local, nl, remote, nr, false);
 }
 
-bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr) {
+bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                         const uint64_t *) {
     return cma(to, local, nl, remote, nr, true);
 }
 

@@ -30,10 +30,10 @@ public:
     size_t max_inline(PeerId to) const override;
     int progress(const MessageHandler &handler) override;
     bool has_bulk(PeerId) const override { return true; }
-    bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote,
-                   int nr) override;
-    bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote,
-                    int nr) override;
+    bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                   const uint64_t *keys) override;
+    bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                    const uint64_t *keys) override;
     bool peer_dead(PeerId) override;
 
     // Sleeps until a message arrives, wake() is called, or `timeout_us` passes. `arm_others`

@@ -31,16 +31,19 @@ constexpr uint32_t kCreditSends = 8;   // on a receiving QP, outstanding credit 
 constexpr uint32_t kMaxHeader = 4096;
 constexpr int kPollBatch = 32;
 
-enum WrKind : uint64_t { kTxSend = 0, kCreditRecv = 1, kRx = 2, kCreditSend = 3 };
+constexpr uint32_t kBulkWindow = 16;     // RDMA reads/writes of one transfer in flight
+constexpr size_t kBulkChunk = 1u << 20;  // bytes per RDMA work request
+
+enum WrKind : uint64_t { kTxSend = 0, kCreditRecv = 1, kRx = 2, kCreditSend = 3, kBulk = 4 };
 
 uint64_t wr_id(WrKind k, uint32_t conn, uint32_t slot) {
-    return uint64_t(k) << 62 | uint64_t(conn & 0x3fffffff) << 32 | slot;
+    return uint64_t(k) << 60 | uint64_t(conn & 0x0fffffff) << 32 | slot;
 }
 WrKind kind_of(uint64_t id) {
-    return WrKind(id >> 62);
+    return WrKind(id >> 60);
 }
 uint32_t conn_of(uint64_t id) {
-    return uint32_t(id >> 32) & 0x3fffffff;
+    return uint32_t(id >> 32) & 0x0fffffff;
 }
 uint32_t slot_of(uint64_t id) {
     return uint32_t(id);
@@ -321,8 +324,8 @@ void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
     remote.mtu = m.mtu;
     remote.lid = m.lid;
     std::memcpy(remote.gid, m.gid, 16);
-    bool ok = c->rx_mr && reserve_cq(cfg_.rx_depth + kCreditSends);
-    if (ok) ok = (c->qp = dev_->create_qp(cq_, kCreditSends, cfg_.rx_depth, &err)) != nullptr;
+    bool ok = c->rx_mr && reserve_cq(cfg_.rx_depth + kCreditSends + kBulkWindow);
+    if (ok) ok = (c->qp = dev_->create_qp(cq_, kCreditSends + kBulkWindow, cfg_.rx_depth, &err)) != nullptr;
     if (ok) {
         for (uint32_t i = 0; i < cfg_.rx_depth; ++i) post_rx(*c, i);
         ok = dev_->connect_qp(c->qp, psn, remote, m.qpn, m.psn, cfg_.ack_timeout, &err);
@@ -426,6 +429,7 @@ void VerbsWire::on_receive(InConn &c, uint32_t slot, uint32_t len, const Message
 
 int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
     const WrKind kind = kind_of(wc.wr_id);
+    if (kind == kBulk) return 0;  // of a transfer that gave up waiting
     const uint32_t id = conn_of(wc.wr_id);
     if (kind == kTxSend || kind == kCreditRecv) {
         auto it = out_by_id_.find(id);
@@ -500,6 +504,132 @@ uint64_t VerbsWire::take_malformed() {
     const uint64_t m = malformed_;
     malformed_ = 0;
     return m;
+}
+
+// ---------------------------------------------------------------------------------------
+// Bulk data
+
+namespace {
+
+struct Export {
+    std::vector<ibv_mr *> mrs;
+    ~Export() {
+        for (ibv_mr *m : mrs) ibv_dereg_mr(m);
+    }
+};
+
+}  // namespace
+
+bool VerbsWire::has_bulk(PeerId to) const {
+    auto it = out_.find(to);
+    return it != out_.end() && it->second->state == State::Ready;
+}
+
+bool VerbsWire::export_memory(PeerId, const struct iovec *pieces, int n, bool writable, uint64_t *keys,
+                              uint64_t *id) {
+    auto e = std::make_unique<Export>();
+    const int access =
+        IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE : 0);
+    for (int i = 0; i < n; ++i) {
+        keys[i] = 0;
+        if (!pieces[i].iov_len) continue;
+        ibv_mr *mr = ibv_reg_mr(dev_->pd(), pieces[i].iov_base, pieces[i].iov_len, access);
+        if (!mr) return false;  // e's destructor deregisters the others
+        e->mrs.push_back(mr);
+        keys[i] = mr->rkey;
+    }
+    *id = reinterpret_cast<uint64_t>(e.release());
+    return true;
+}
+
+void VerbsWire::release_export(uint64_t id) {
+    delete reinterpret_cast<Export *>(id);
+}
+
+bool VerbsWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                          const uint64_t *keys) {
+    return bulk(from, true, local, nl, remote, nr, keys);
+}
+
+bool VerbsWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                           const uint64_t *keys) {
+    return bulk(to, false, local, nl, remote, nr, keys);
+}
+
+// On the QP the peer's messages arrive on. Completions of anything else met while waiting
+// are kept, in order, for the next progress.
+bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote,
+                     int nr, const uint64_t *keys) {
+    auto it = in_.find(peer);
+    if (it == in_.end() || it->second->failed || !keys) return false;
+    InConn &c = *it->second;
+    // Our side is registered for this transfer only (a read lands in it, a write leaves it).
+    Export local_mrs;
+    std::vector<uint32_t> lkeys(size_t(nl), 0);
+    for (int i = 0; i < nl; ++i) {
+        if (!local[i].iov_len) continue;
+        ibv_mr *mr =
+            ibv_reg_mr(dev_->pd(), local[i].iov_base, local[i].iov_len, read ? IBV_ACCESS_LOCAL_WRITE : 0);
+        if (!mr) return false;
+        local_mrs.mrs.push_back(mr);
+        lkeys[size_t(i)] = mr->lkey;
+    }
+    const uint32_t seq_base = bulk_seq_;
+    uint32_t posted = 0, done = 0;
+    bool ok = true;
+    auto reap = [&](bool all) {
+        ibv_wc wc[kPollBatch];
+        while (done < posted && (all || posted - done >= kBulkWindow)) {
+            const int n = ibv_poll_cq(cq_, kPollBatch, wc);
+            if (n < 0) {
+                c.failed = true;
+                ok = false;
+                return;
+            }
+            for (int i = 0; i < n; ++i) {
+                if (kind_of(wc[i].wr_id) == kBulk && conn_of(wc[i].wr_id) == (c.id & 0x0fffffff) &&
+                    slot_of(wc[i].wr_id) - seq_base < posted) {
+                    ++done;
+                    if (wc[i].status != IBV_WC_SUCCESS) {
+                        ok = false;
+                        c.failed = true;
+                    }
+                } else {
+                    stashed_.push_back(wc[i]);
+                }
+            }
+        }
+    };
+    int li = 0, ri = 0;
+    size_t loff = 0, roff = 0;
+    while (ok && li < nl && ri < nr) {
+        const size_t k = std::min({local[li].iov_len - loff, remote[ri].iov_len - roff, kBulkChunk});
+        if (k) {
+            ibv_sge sge{reinterpret_cast<uint64_t>(local[li].iov_base) + loff, uint32_t(k),
+                        lkeys[size_t(li)]};
+            ibv_send_wr wr{}, *bad = nullptr;
+            wr.wr_id = wr_id(kBulk, c.id, bulk_seq_++);
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(remote[ri].iov_base) + roff;
+            wr.wr.rdma.rkey = uint32_t(keys[ri]);
+            if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+                ok = false;
+                break;
+            }
+            ++posted;
+            reap(false);
+        }
+        loff += k;
+        roff += k;
+        if (loff == local[li].iov_len) ++li, loff = 0;
+        if (roff == remote[ri].iov_len) ++ri, roff = 0;
+    }
+    reap(true);
+    if (!stashed_.empty()) wake_();  // taken from the queue the next progress reads
+    return ok;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ struct VerbsConfig {
     uint32_t buf_size = 8192;                  // PTL_VERBS_BUF_SIZE
     uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
     long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
-    uint8_t ack_timeout = 16;                  // QP ACK timeout exponent: 4.096 us << 16 = 268 ms, 7 retries
+    uint8_t ack_timeout = 14;                  // QP ACK timeout exponent: 4.096 us << 14 = 67 ms, 7 retries
 };
 
 class VerbsWire final : public Wire {
@@ -47,6 +47,17 @@ public:
     size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
     int progress(const MessageHandler &handler) override;
     bool peer_dead(PeerId) override;
+
+    // Bulk data by RDMA read/write on the QP the peer's messages arrive on, from memory the
+    // peer exported (its keys are rkeys); the call returns when the transfer is complete.
+    bool has_bulk(PeerId to) const override;
+    bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                   const uint64_t *keys) override;
+    bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                    const uint64_t *keys) override;
+    bool export_memory(PeerId, const struct iovec *pieces, int n, bool writable, uint64_t *keys,
+                       uint64_t *id) override;
+    void release_export(uint64_t id) override;
 
     // A connection-setup message that arrived over the control wire.
     void on_control(const InMessage &m);
@@ -108,6 +119,8 @@ private:
     void on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
     int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
     void check_timeouts();
+    bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+              const uint64_t *keys);
     void watch();
     ControlMsg describe(ControlKind kind, ibv_qp *qp, uint32_t psn) const;
 
@@ -128,7 +141,8 @@ private:
     uint32_t epoch_seed_ = 0;
     int connecting_ = 0;
     uint64_t malformed_ = 0;
-    std::vector<ibv_wc> stashed_;  // polled while arming, handled by the next progress
+    std::vector<ibv_wc> stashed_;  // polled while arming or in a bulk transfer, for the next progress
+    uint32_t bulk_seq_ = 0;
 
     std::function<void()> wake_;
     int stop_fd_ = -1;
