@@ -181,8 +181,8 @@ boot() {
   tags=$(IFS=,; echo "${rw[*]}")
   rm -f "$job/booted" "$job/status" "$job/console"
   mkfifo "$job/console"
-  # The serial console ends lines with CR LF.
-  tr -d '\r' < "$job/console" &
+  # The serial console ends lines with CR LF; line-buffered, so a log shows progress.
+  sed -u 's/\r$//' < "$job/console" &
   # shellcheck disable=SC2086
   qemu-system-x86_64 $cpu -smp "$cpus" -m "$mem" -nodefaults -no-reboot -display none \
     -chardev stdio,id=con,signal=off -serial chardev:con \

@@ -7,7 +7,8 @@
 # AddressSanitizer + UndefinedBehaviorSanitizer and the threaded tests under
 # ThreadSanitizer (separate build trees in _build-*); Open MPI's own Portals 4 components
 # (mtl, osc, coll, btl) built from Debian's source against this libportals4 and run through
-# the MPI suites (test/run_ompi_portals4.sh); and a bounded fuzzing run of the tcp
+# the MPI suites (test/run_ompi_portals4.sh); the multi-host suite over the verbs wire in a
+# guest on Debian's kernel with soft-RoCE (test/run_verbs_guest.sh); and a bounded fuzzing run of the tcp
 # wire's input path (contrib/fuzz.sh). make check includes the multi-host tests over
 # network namespaces (root and iproute2; skipped elsewhere). UCX and Open MPI trees are built
 # once into $PORTALS_UCX_CACHE (default ~/.cache/portals-ucx), keyed on everything that makes them.
@@ -33,6 +34,16 @@ else
 fi
 stage "Open MPI's portals4 components (mtl, osc, coll, btl)"
 ./test/run_ompi_portals4.sh _build
+stage "the verbs wire on soft-RoCE in a guest (multi-host suite over RDMA)"
+set +e
+./test/run_verbs_guest.sh _build
+rc=$?
+set -e
+case $rc in
+  0) ;;
+  77) echo "test.sh: no virtual machine can run here: the verbs wire's tests are skipped" ;;
+  *) exit "$rc" ;;
+esac
 stage "sanitizers"
 make -C _build check-sanitizers
 # The tcp wire's input path under libFuzzer (clang, ASan+UBSan) for a bounded time.

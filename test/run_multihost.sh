@@ -10,6 +10,7 @@
 #   4. launchers across hosts: Open MPI's mpirun (PMIx) and Hydra (PMI-1) start ranks on two
 #      hosts through contrib/netns-rsh.sh; the multi-process suite, and the MPI and OpenSHMEM
 #      programs of run_integration.sh over UCX_TLS=portals with 2 ranks on each host
+# PTL_TEST_LAUNCH_TIMEOUT (default 120 s) bounds each launcher job (an emulated guest needs more).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 b=${abs_top_builddir:-$top}
@@ -87,7 +88,7 @@ two_ranks_per_host() {
 }
 if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
   printf '%s slots=2\n%s slots=2\n' "$1" "$2" > "$hostfile"
-  ompi="timeout 120 $OMPI_MPIRUN --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
+  ompi="timeout ${PTL_TEST_LAUNCH_TIMEOUT:-120} $OMPI_MPIRUN ${PTL_TEST_OMPI_FLAGS:-} --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
   echo "== mpirun across 2 hosts: mp_tests (PMIx)"
   "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmix $ompi -x PTL_TEST_EXPECT_LAUNCHER $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
   "$rsh" "$1" "$ompi $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
@@ -105,7 +106,7 @@ if command -v "$OMPI_MPIRUN" >/dev/null 2>&1; then
     echo "== Open MPI across hosts: skipped ($MPI_SKIP)"
   fi
   if [ -n "$SHMEM_PROGRAMS" ]; then
-    oshrun="timeout 120 $OSHRUN --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
+    oshrun="timeout ${PTL_TEST_LAUNCH_TIMEOUT:-120} $OSHRUN --hostfile $hostfile --mca plm_rsh_agent $rsh --map-by node -n 4"
     for p in rma atomics coll; do
       echo "== oshrun across 2 hosts: OpenSHMEM $p over UCX_TLS=portals"
       out=$(on_portals "$rsh" "$1" "$oshrun $OMPI_UCX_FLAGS $SHMEM_PROGRAMS/$p" </dev/null)
@@ -119,7 +120,7 @@ else
 fi
 if command -v "$HYDRA_MPIEXEC" >/dev/null 2>&1; then
   echo "== mpiexec.hydra across 2 hosts: mp_tests (PMI-1)"
-  hydra="timeout 120 $HYDRA_MPIEXEC -launcher rsh -launcher-exec $rsh -iface eth0 -hosts $1,$2 -n 4"
+  hydra="timeout ${PTL_TEST_LAUNCH_TIMEOUT:-120} $HYDRA_MPIEXEC -launcher rsh -launcher-exec $rsh -iface eth0 -hosts $1,$2 -n 4"
   "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmi1 $hydra $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
   "$rsh" "$1" "$hydra $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
   if [ -n "$MPICH_PROGRAMS" ]; then

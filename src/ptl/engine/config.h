@@ -34,7 +34,7 @@ struct Config {
     int verbs_gid_index = -1;        // PTL_VERBS_GID_INDEX
     uint32_t verbs_rx_depth = 64;    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer
     uint32_t verbs_buf_size = 8192;  // PTL_VERBS_BUF_SIZE
-    int verbs_ack_timeout = 14;      // PTL_VERBS_ACK_TIMEOUT: 4.096 us << 14 = 67 ms, 7 retries
+    int verbs_ack_timeout = 18;      // PTL_VERBS_ACK_TIMEOUT: 4.096 us << 18 = 1.07 s, 7 retries
 
     static Config from_env();
 };

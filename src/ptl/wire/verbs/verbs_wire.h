@@ -32,7 +32,7 @@ struct VerbsConfig {
     uint32_t buf_size = 8192;                  // PTL_VERBS_BUF_SIZE
     uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
     long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
-    uint8_t ack_timeout = 14;                  // QP ACK timeout exponent: 4.096 us << 14 = 67 ms, 7 retries
+    uint8_t ack_timeout = 18;                  // QP ACK timeout exponent: 4.096 us << 18 = 1.07 s, 7 retries
 };
 
 class VerbsWire final : public Wire {

@@ -1,0 +1,42 @@
+#!/bin/sh
+# The verbs wire on real verbs: boots a guest on Debian's kernel (contrib/guest-run.sh), makes
+# four hosts there with a soft-RoCE device each (contrib/guest-rxe-hosts.sh) and runs the
+# multi-host suite (test/run_multihost.sh) in it, so every process on another host is reached
+# over RDMA: the multi-process suite, peer failure (a killed peer, a silent host), ucx_perftest
+# over UCX_TLS=portals, mpirun/oshrun/Hydra jobs. Then checks that each device carried RDMA
+# traffic, so a silent fallback to tcp fails the test.
+#   test/run_verbs_guest.sh [BUILD_DIR]   (default: _build)
+# Exit status 77 (skipped) where no virtual machine can run.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$top/_build}" && pwd)
+[ -f "$build/test/mp_tests" ] || { echo "run_verbs_guest: $build has no test/mp_tests (make check first)" >&2; exit 1; }
+grep -q PTL_HAVE_VERBS "$build/Makefile" ||
+  { echo "run_verbs_guest: $build was configured without the verbs wire (libibverbs-dev)" >&2; exit 1; }
+
+inner=$(mktemp "${TMPDIR:-/tmp}/verbs-guest.XXXXXX")
+trap 'rm -f "$inner"' EXIT
+cat > "$inner" <<EOF
+set -e
+export abs_top_builddir=$build PTL_TEST_HOSTS=4 PTL_TEST_LAUNCH_TIMEOUT=900
+# Help messages of ranks in full, not aggregated (a failure says why).
+export PTL_TEST_OMPI_FLAGS="--mca orte_base_help_aggregate 0"
+$top/contrib/guest-rxe-hosts.sh 4 sh -c '
+  $top/test/run_multihost.sh || exit 1
+  echo "== RDMA traffic per device"
+  rdma statistic show | sed -n "s/^link \([^ ]*\) .* rdma_sends \([0-9]*\) rdma_recvs \([0-9]*\).*/\1 \2 \3/p" > /tmp/rdma.stats
+  cat /tmp/rdma.stats
+  [ "\$(wc -l < /tmp/rdma.stats)" -eq 4 ] || { echo "run_verbs_guest: expected 4 rxe devices"; exit 1; }
+  while read -r dev sends recvs; do
+    [ "\$sends" -gt 1000 ] && [ "\$recvs" -gt 1000 ] ||
+      { echo "run_verbs_guest: \$dev carried almost no RDMA traffic: the verbs wire was not used"; exit 1; }
+  done < /tmp/rdma.stats
+'
+EOF
+# The trees are shared read-write: tests write their logs there.
+case $build in
+  "$top"/*) share="--rw $top" ;;
+  *) share="--rw $top --rw $build" ;;
+esac
+# shellcheck disable=SC2086
+"$top/contrib/guest-run.sh" $share --timeout "${PTL_GUEST_TIMEOUT:-2700}" -- sh "$inner"
