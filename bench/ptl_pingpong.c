@@ -74,7 +74,9 @@ int main(int argc, char **argv) {
     double lat = (now_us() - t0) / iters / 2;
     tx = (ptl_size_t)(iters + warm);
     ct_wait(tx_ct, tx);
-    if (rank == 0) printf("# portals-ucx libportals4 over shm (ptlrun -n 2)\nput_lat_8B_us %.3f\n", lat);
+    if (rank == 0)
+        printf("# portals-ucx libportals4, PTL_WIRE=%s (ptlrun -n 2)\nput_lat_8B_us %.3f\n",
+               getenv("PTL_WIRE") ? getenv("PTL_WIRE") : "auto", lat);
 
     /* bandwidth: rank 0 sends WINDOW puts, rank 1 returns one 8 B put per window */
     if (rank == 0) printf("# size_bytes bandwidth_MBps\n");
