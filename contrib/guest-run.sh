@@ -129,7 +129,7 @@ INIT
   (cd "$tmp/initrd" && find . | cpio -o -H newc 2>/dev/null | gzip -1) > "$tmp/initrd.gz"
   rm -rf "$tmp/initrd" "$tmp/modlist"
   for old in "$cache"/guest-????????????; do
-    [ -d "$old" ] && [ "$old" != "$gdir" ] && rm -rf "$old"
+    if [ -d "$old" ] && [ "$old" != "$gdir" ]; then rm -rf "$old"; fi
   done
   mv "$tmp" "$gdir"
 }
