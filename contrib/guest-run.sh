@@ -149,7 +149,8 @@ trap 'exit 130' INT TERM HUP
 {
   echo "cd $(printf %q "$PWD") || exit 1"
   echo "export HOME=/root LANG=C.UTF-8 PATH=$(printf %q "$PATH")"
-  env | grep -E '^(PTL_|UCX_|PORTALS_UCX_|GTEST_|OMPI_|MPICH|HYDRA_)' | while IFS= read -r kv; do
+  # (grep finds nothing in a plain environment: not a failure)
+  { env | grep -E '^(PTL_|UCX_|PORTALS_UCX_|GTEST_|OMPI_|MPICH|HYDRA_)' || true; } | while IFS= read -r kv; do
     echo "export ${kv%%=*}=$(printf %q "${kv#*=}")"
   done
   printf 'exec'

@@ -263,7 +263,7 @@ TEST_F(TcpHostile, APeerClaimingOurIdentityCannotMakeUsWriteIntoOurOwnMemory) {
     ptl::proto::Header h = put_header(sizeof secret);
     h.op = ptl::proto::kGet;
     h.flags = ptl::proto::kBulkReply;
-    const ptl::proto::Segment seg{reinterpret_cast<uint64_t>(victim), sizeof victim};
+    const ptl::proto::Segment seg{reinterpret_cast<uint64_t>(victim), sizeof victim, 0};
     std::string payload;
     append(payload, &seg, sizeof seg);
     connect_raw();
