@@ -99,7 +99,6 @@ Device *Device::open(const std::string &spec, int gid_index, std::string *err) {
         *err = errno_text("ibv_alloc_pd");
         return nullptr;
     }
-    d->max_inline_ = 0;  // learnt from the first QP
     return d.release();
 }
 
