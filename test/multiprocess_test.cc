@@ -1,6 +1,7 @@
 // Multi-process tests, run by test/run_multiprocess.sh under `ptlrun -n 2` and `-n 4`: every
 // rank runs the same tests in the same order and meets the others at barriers.
 #include <portals4_rt.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -289,6 +290,78 @@ TEST_F(Job, LargeZeroCopyTransfersAroundTheRing) {
         }
     }
     ASSERT_EQ(ptlrt_barrier(), 0);  // peers finished reading our buffers
+}
+
+// Between rounds every buffer is replaced at the same address: unmapped and mapped again,
+// emptied by madvise, or mapped over. A wire that keeps memory registered between operations
+// (verbs) must notice, or a transfer moves the old pages' bytes.
+TEST_F(Job, BuffersRemappedAtTheSameAddressCarryTheirNewContents) {
+    const size_t len = size_t(1) << 20;
+    const int n = nranks();
+    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    auto map = [&](void *at) {
+        void *p =
+            mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
+        EXPECT_NE(p, MAP_FAILED);
+        return static_cast<unsigned char *>(p);
+    };
+    unsigned char *src = map(nullptr), *dst = map(nullptr), *got = map(nullptr);
+    auto byte = [](int r, int round, size_t i) {
+        return static_cast<unsigned char>((i * 7 + size_t(r) * 31 + size_t(round) * 101) >> 2);
+    };
+    ptl_handle_ct_t rx;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
+    for (int round = 0; round < 6; ++round) {
+        if (round > 0) {
+            for (unsigned char *b : {src, dst, got}) {
+                if (round % 3 == 1) {
+                    ASSERT_EQ(munmap(b, len), 0);
+                    ASSERT_EQ(map(b), b);
+                } else if (round % 3 == 2) {
+                    ASSERT_EQ(madvise(b, len, MADV_DONTNEED), 0);
+                } else {
+                    ASSERT_EQ(map(b), b);
+                }
+            }
+        }
+        for (size_t i = 0; i < len; ++i) src[i] = byte(rank(), round, i);
+        std::memset(dst, 0, len);
+        std::memset(got, 0, len);
+        ptl_me_t me =
+            me_from(prev, dst, len,
+                    PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE |
+                        PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_UNLINK_DISABLE,
+                    3, 0, rx);
+        ptl_handle_me_t h;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ptl_me_t exp = me_from(next, src, len,
+                               PTL_ME_OP_GET | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE |
+                                   PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_UNLINK_DISABLE,
+                               4, 0);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &exp, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ptl_handle_md_t md = bind(src, len), gmd = bind(got, len);
+        ASSERT_EQ(PtlPut(md, 0, len, PTL_ACK_REQ, to(next), pt_, 3, 0, nullptr, 0), PTL_OK);
+        ASSERT_EQ(PtlGet(gmd, 0, len, to(prev), pt_, 4, 0, nullptr), PTL_OK);
+        for (int seen = 0; seen < 3;) {
+            ptl_event_t ev = next_event(md_eq_, 20000);
+            ASSERT_NE(ev.type, 0xff);
+            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << int(ev.type);
+            ++seen;
+        }
+        ct_wait(rx, ptl_size_t(round + 1), 20000);
+        for (size_t i = 0; i < len; ++i) {
+            if (dst[i] != byte(prev, round, i) || got[i] != byte(prev, round, i)) {
+                ADD_FAILURE() << "round " << round << " byte " << i << ": put " << int(dst[i]) << " get "
+                              << int(got[i]) << " want " << int(byte(prev, round, i));
+                break;
+            }
+        }
+        EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(gmd), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // peers are done with our buffers
+    }
+    for (unsigned char *b : {src, dst, got}) munmap(b, len);
 }
 
 TEST_F(Job, AtomicsContentionFromAllRanks) {

@@ -120,7 +120,10 @@ else
 fi
 if command -v "$HYDRA_MPIEXEC" >/dev/null 2>&1; then
   echo "== mpiexec.hydra across 2 hosts: mp_tests (PMI-1)"
-  hydra="timeout ${PTL_TEST_LAUNCH_TIMEOUT:-120} $HYDRA_MPIEXEC -launcher rsh -launcher-exec $rsh -iface eth0 -hosts $1,$2 -n 4"
+  # -genvnone: ranks take their environment from their host's proxy, which netns-rsh.sh
+  # started with that host's RDMA device; Hydra would otherwise give every rank the
+  # device of the host mpiexec runs on (their QPs then time out and tcp carries the job).
+  hydra="timeout ${PTL_TEST_LAUNCH_TIMEOUT:-120} $HYDRA_MPIEXEC -launcher rsh -launcher-exec $rsh -iface eth0 -genvnone -hosts $1,$2 -n 4"
   "$rsh" "$1" "PTL_TEST_EXPECT_LAUNCHER=pmi1 $hydra $mp --gtest_filter=-Job.EarlyExit* --gtest_brief=1" </dev/null
   "$rsh" "$1" "$hydra $mp --gtest_filter=Job.EarlyExit* --gtest_brief=1" </dev/null
   if [ -n "$MPICH_PROGRAMS" ]; then

@@ -59,6 +59,9 @@ Config Config::from_env() {
     c.verbs_rx_depth = uint32_t(std::clamp(env_long("PTL_VERBS_RX_DEPTH", c.verbs_rx_depth), 8L, 4096L));
     c.verbs_ack_timeout = int(std::clamp(env_long("PTL_VERBS_ACK_TIMEOUT", c.verbs_ack_timeout), 1L, 31L));
     c.verbs_buf_size = uint32_t(std::clamp(env_long("PTL_VERBS_BUF_SIZE", c.verbs_buf_size), 256L, 1L << 20));
+    c.verbs_reg_cache = env_bool("PTL_VERBS_REG_CACHE", c.verbs_reg_cache);
+    c.verbs_reg_cache_max = uint64_t(std::max(0L, env_long("PTL_VERBS_REG_CACHE_MAX", long(c.verbs_reg_cache_max))));
+    c.verbs_stats = env_bool("PTL_VERBS_STATS", c.verbs_stats);
     return c;
 }
 

@@ -35,6 +35,9 @@ struct Config {
     uint32_t verbs_rx_depth = 64;    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer
     uint32_t verbs_buf_size = 8192;  // PTL_VERBS_BUF_SIZE
     int verbs_ack_timeout = 18;      // PTL_VERBS_ACK_TIMEOUT: 4.096 us << 18 = 1.07 s, 7 retries
+    bool verbs_reg_cache = true;                      // PTL_VERBS_REG_CACHE
+    uint64_t verbs_reg_cache_max = uint64_t(1) << 30;  // PTL_VERBS_REG_CACHE_MAX: bytes kept registered unused
+    bool verbs_stats = false;                         // PTL_VERBS_STATS: counters on stderr at close
 
     static Config from_env();
 };

@@ -221,6 +221,9 @@ int Engine::open_physical(ptl_pid_t pid) {
         vc.rx_depth = cfg_.verbs_rx_depth;
         vc.buf_size = cfg_.verbs_buf_size;
         vc.ack_timeout = uint8_t(cfg_.verbs_ack_timeout);
+        vc.reg_cache = cfg_.verbs_reg_cache;
+        vc.reg_cache_max = cfg_.verbs_reg_cache_max;
+        vc.stats = cfg_.verbs_stats;
         vc.timeout_ms = cfg_.tcp_timeout_ms;
         verbs_ = verbs::VerbsWire::create(
             self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);

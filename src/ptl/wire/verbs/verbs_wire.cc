@@ -51,6 +51,17 @@ uint32_t slot_of(uint64_t id) {
 
 }  // namespace
 
+// Registrations held for one operation: memory exported to a peer until the engine releases
+// it, or our side of one bulk transfer.
+struct VerbsWire::Export {
+    RegCache &cache;
+    std::vector<RegCache::Region *> regions;
+    explicit Export(RegCache &c) : cache(c) {}
+    ~Export() {
+        for (RegCache::Region *r : regions) cache.release(r);
+    }
+};
+
 VerbsWire::OutConn::~OutConn() {
     if (qp) ibv_destroy_qp(qp);
     if (tx_mr) ibv_dereg_mr(tx_mr);
@@ -91,6 +102,11 @@ bool VerbsWire::init(std::string *err) {
         *err = std::string("eventfd: ") + std::strerror(errno);
         return false;
     }
+    std::unique_ptr<UnmapWatch> unmap_watch;
+    std::string why;
+    if (cfg_.reg_cache && !(unmap_watch = UnmapWatch::open(&why)) && cfg_.stats)
+        std::fprintf(stderr, "portals: verbs registrations are not cached (%s)\n", why.c_str());
+    cache_ = std::make_unique<RegCache>(dev_->pd(), std::move(unmap_watch), size_t(cfg_.reg_cache_max));
     epoch_seed_ = uint32_t(std::random_device{}());
     watcher_ = std::thread([this] { watch(); });
     return true;
@@ -104,6 +120,20 @@ VerbsWire::~VerbsWire() {
         }
     }
     if (watcher_.joinable()) watcher_.join();
+    if (cfg_.stats && cache_) {
+        const RegCacheStats &st = cache_->stats();
+        std::fprintf(
+            stderr,
+            "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; registration cache %s: %llu hits, "
+            "%llu misses, %llu uncached, %llu invalidated, %llu evicted\n",
+            dev_->name().c_str(), (unsigned long long)rdma_ops_, (unsigned long long)rdma_bytes_,
+            cache_->caching() ? "on" : "off", (unsigned long long)st.hits, (unsigned long long)st.misses,
+            (unsigned long long)st.uncached, (unsigned long long)st.invalidated,
+            (unsigned long long)st.evicted);
+    }
+    for (Export *e : exports_) delete e;
+    exports_.clear();
+    cache_.reset();
     out_by_id_.clear();
     in_by_id_.clear();
     out_.clear();
@@ -464,18 +494,34 @@ int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
     return 1;
 }
 
-int VerbsWire::progress(const MessageHandler &handler) {
+// Completions are handled in the order the CQ gave them: a receive handler may start a bulk
+// transfer, which stashes the completions it meets; those are newer than the rest of the
+// batch in hand, so that rest goes in front of them, and the stash is emptied before the CQ
+// is polled again (messages of one connection must reach the engine in order).
+int VerbsWire::drain_stash(const MessageHandler &handler) {
     int work = 0;
-    if (!stashed_.empty()) {
-        std::vector<ibv_wc> s;
-        s.swap(stashed_);
-        for (const ibv_wc &wc : s) work += handle_wc(wc, handler);
+    while (!stashed_.empty()) {
+        const ibv_wc wc = stashed_.front();
+        stashed_.pop_front();
+        work += handle_wc(wc, handler);
     }
+    return work;
+}
+
+int VerbsWire::progress(const MessageHandler &handler) {
+    int work = drain_stash(handler);
     ibv_wc wc[kPollBatch];
-    for (;;) {
+    for (int round = 0; round < 4; ++round) {
         const int n = ibv_poll_cq(cq_, kPollBatch, wc);
         if (n <= 0) break;
-        for (int i = 0; i < n; ++i) work += handle_wc(wc[i], handler);
+        for (int i = 0; i < n; ++i) {
+            work += handle_wc(wc[i], handler);
+            if (!stashed_.empty()) {
+                stashed_.insert(stashed_.begin(), wc + i + 1, wc + n);
+                work += drain_stash(handler);
+                break;
+            }
+        }
         if (n < kPollBatch) break;
     }
     if (connecting_) check_timeouts();
@@ -509,17 +555,6 @@ uint64_t VerbsWire::take_malformed() {
 // ---------------------------------------------------------------------------------------
 // Bulk data
 
-namespace {
-
-struct Export {
-    std::vector<ibv_mr *> mrs;
-    ~Export() {
-        for (ibv_mr *m : mrs) ibv_dereg_mr(m);
-    }
-};
-
-}  // namespace
-
 bool VerbsWire::has_bulk(PeerId to) const {
     auto it = out_.find(to);
     return it != out_.end() && it->second->state == State::Ready;
@@ -527,23 +562,23 @@ bool VerbsWire::has_bulk(PeerId to) const {
 
 bool VerbsWire::export_memory(PeerId, const struct iovec *pieces, int n, bool writable, uint64_t *keys,
                               uint64_t *id) {
-    auto e = std::make_unique<Export>();
-    const int access =
-        IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE : 0);
+    auto e = std::make_unique<Export>(*cache_);
     for (int i = 0; i < n; ++i) {
         keys[i] = 0;
         if (!pieces[i].iov_len) continue;
-        ibv_mr *mr = ibv_reg_mr(dev_->pd(), pieces[i].iov_base, pieces[i].iov_len, access);
-        if (!mr) return false;  // e's destructor deregisters the others
-        e->mrs.push_back(mr);
-        keys[i] = mr->rkey;
+        RegCache::Region *r = cache_->acquire(pieces[i].iov_base, pieces[i].iov_len, writable);
+        if (!r) return false;  // e's destructor releases the others
+        e->regions.push_back(r);
+        keys[i] = RegCache::rkey(r);
     }
+    exports_.insert(e.get());
     *id = reinterpret_cast<uint64_t>(e.release());
     return true;
 }
 
 void VerbsWire::release_export(uint64_t id) {
-    delete reinterpret_cast<Export *>(id);
+    Export *e = reinterpret_cast<Export *>(id);
+    if (exports_.erase(e)) delete e;
 }
 
 bool VerbsWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
@@ -563,16 +598,14 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
     auto it = in_.find(peer);
     if (it == in_.end() || it->second->failed || !keys) return false;
     InConn &c = *it->second;
-    // Our side is registered for this transfer only (a read lands in it, a write leaves it).
-    Export local_mrs;
+    Export local_regions(*cache_);  // a read lands in them, a write leaves them
     std::vector<uint32_t> lkeys(size_t(nl), 0);
     for (int i = 0; i < nl; ++i) {
         if (!local[i].iov_len) continue;
-        ibv_mr *mr =
-            ibv_reg_mr(dev_->pd(), local[i].iov_base, local[i].iov_len, read ? IBV_ACCESS_LOCAL_WRITE : 0);
-        if (!mr) return false;
-        local_mrs.mrs.push_back(mr);
-        lkeys[size_t(i)] = mr->lkey;
+        RegCache::Region *r = cache_->acquire(local[i].iov_base, local[i].iov_len, read);
+        if (!r) return false;
+        local_regions.regions.push_back(r);
+        lkeys[size_t(i)] = RegCache::lkey(r);
     }
     const uint32_t seq_base = bulk_seq_;
     uint32_t posted = 0, done = 0;
@@ -620,6 +653,8 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
                 break;
             }
             ++posted;
+            ++rdma_ops_;
+            rdma_bytes_ += k;
             reap(false);
         }
         loff += k;

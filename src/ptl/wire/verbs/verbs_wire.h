@@ -22,6 +22,7 @@
 #include "../wire.h"
 #include "verbs_control.h"
 #include "verbs_device.h"
+#include "verbs_reg_cache.h"
 
 namespace ptl::verbs {
 
@@ -33,6 +34,9 @@ struct VerbsConfig {
     uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
     long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
     uint8_t ack_timeout = 18;                  // QP ACK timeout exponent: 4.096 us << 18 = 1.07 s, 7 retries
+    bool reg_cache = true;                     // registrations kept while their memory stays mapped
+    uint64_t reg_cache_max = uint64_t(1) << 30;  // bytes of unused registrations kept
+    bool stats = false;                          // counters on stderr when the wire closes
 };
 
 class VerbsWire final : public Wire {
@@ -118,6 +122,7 @@ private:
     void return_credits(InConn &c);
     void on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
     int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
+    int drain_stash(const MessageHandler &handler);
     void check_timeouts();
     bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
               const uint64_t *keys);
@@ -141,8 +146,12 @@ private:
     uint32_t epoch_seed_ = 0;
     int connecting_ = 0;
     uint64_t malformed_ = 0;
-    std::vector<ibv_wc> stashed_;  // polled while arming or in a bulk transfer, for the next progress
+    std::deque<ibv_wc> stashed_;  // polled while arming or in a bulk transfer, oldest first
     uint32_t bulk_seq_ = 0;
+    std::unique_ptr<RegCache> cache_;
+    struct Export;
+    std::unordered_set<Export *> exports_;  // handed to the engine, not yet released
+    uint64_t rdma_ops_ = 0, rdma_bytes_ = 0;
 
     std::function<void()> wake_;
     int stop_fd_ = -1;

@@ -1,0 +1,131 @@
+#!/bin/bash
+# Portals over its verbs wire next to UCX's rc_verbs and ud_verbs on the same soft-RoCE
+# devices, and next to portals over its tcp wire, in one run: two hosts of
+# contrib/guest-rxe-hosts.sh (network namespaces, rxe0 and rxe1) in a guest of
+# contrib/guest-run.sh. libportals4 put latency, bandwidth and message rate (bench/ptl_pingpong
+# under ptlrun), UCT am_lat/am_bw/put_bw (-x portals|rc_verbs|ud_verbs), UCP tag_lat/tag_bw
+# (UCX_TLS=portals|rc_verbs,ud_verbs|ud_verbs). Soft-RoCE under emulation is slow and noisy:
+# read the ratios, which come from one run ("vs rc": latency rc/ours, bandwidth and rate
+# ours/rc; > 1 means portals wins).
+#   bench/verbs_matrix.sh [BUILD_DIR] > bench/verbs_report.txt
+# BENCH_QUICK=1 runs a tenth of the iterations (a smoke run, not a measurement).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$top/_build}" && pwd)
+module=$build/.libs/libuct_portals.so
+[ -f "$module" ] && [ -x "$build/bench/ptl_pingpong" ] ||
+  { echo "verbs_matrix: no $module or bench/ptl_pingpong in $build (run contrib/build.sh)" >&2; exit 1; }
+
+if [ -z "${NETNS_VERBS_DEVICES:-}" ]; then
+  if [ "$(id -u)" = 0 ] && modprobe rdma_rxe 2>/dev/null; then
+    exec "$top/contrib/guest-rxe-hosts.sh" 2 "$0" "$build"
+  fi
+  case $build in
+    "$top"/*) share=(--rw "$top") ;;
+    *) share=(--rw "$top" --rw "$build") ;;
+  esac
+  # Within the guest this script finds rdma_rxe and takes the branch above.
+  exec "$top/contrib/guest-run.sh" "${share[@]}" --timeout 2400 -- bash "$0" "$build"
+fi
+
+scale=1
+[ "${BENCH_QUICK:-0}" = 1 ] && scale=10
+read -r h0 h1 _ <<<"$NETNS_HOSTS"
+read -r d0 d1 _ <<<"$NETNS_VERBS_DEVICES"
+addr0=${NETNS_ADDRS%% *}
+
+# pair TL LEVEL ARGS...: one ucx_perftest measurement between the hosts; the client's Final
+# line. TL portals-verbs and portals-tcp are the component over its two wires.
+pair() {
+  local tl=$1 level=$2
+  shift 2
+  local env=(env -u UCX_TLS -u LD_PRELOAD -u UCX_NET_DEVICES PERFTEST_ADDR="$addr0")
+  local s_env="" c_env="" s_args="" c_args="" uct_tl=$tl ucp_tls=$tl
+  case $tl in
+    portals-*)
+      env+=(LD_PRELOAD="$module" PTL_WIRE="${tl#portals-}")
+      s_env="PTL_VERBS_DEVICE=$d0 UCX_NET_DEVICES=eth0" c_env="PTL_VERBS_DEVICE=$d1 UCX_NET_DEVICES=eth0"
+      s_args="-d eth0" c_args="-d eth0" uct_tl=portals ucp_tls=portals ;;
+    *)
+      s_env="UCX_NET_DEVICES=$d0:1" c_env="UCX_NET_DEVICES=$d1:1"
+      s_args="-d $d0:1" c_args="-d $d1:1"
+      [ "$tl" = rc_verbs ] && ucp_tls=rc_verbs,ud_verbs ;;  # UCP wires rc up over ud
+  esac
+  env+=(PERFTEST_SERVER_PREFIX="ip netns exec $h0 env $s_env" PERFTEST_CLIENT_PREFIX="ip netns exec $h1 env $c_env")
+  local args=("$@")
+  if [ "$level" = uct ]; then
+    args+=(-x "$uct_tl")
+    env+=(PERFTEST_SERVER_ARGS="$s_args" PERFTEST_CLIENT_ARGS="$c_args")
+  else
+    env+=(UCX_TLS="$ucp_tls")
+  fi
+  "${env[@]}" "$top/contrib/perftest-pair.sh" "${args[@]}" 2>/dev/null | awk '/^Final:/'
+}
+
+measure() { # TL LEVEL METRIC ITERS ARGS...
+  local tl=$1 level=$2 metric=$3 iters=$(($4 / scale))
+  shift 4
+  local out
+  out=$(pair "$tl" "$level" "$@" -n "$iters")
+  [ -n "$out" ] || { echo n/a; return; }
+  case $metric in
+    lat) echo "$out" | awk '{print $3}' ;;
+    bw) echo "$out" | awk '{print $7}' ;;
+    rate) echo "$out" | awk '{printf "%.4f\n", $9 / 1e6}' ;;
+  esac
+}
+
+ratio() { # OURS THEIRS METRIC
+  awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN {
+    if (a == "n/a" || b == "n/a" || a == "-" || b == "-" || a + 0 == 0 || b + 0 == 0) { printf "%8s", "-"; exit }
+    printf "%8.2f", (m == "lat") ? b / a : a / b }'
+}
+
+print_row() { # LABEL METRIC VERBS RC UD TCP
+  printf "%-30s %11s %11s %11s %11s " "$1" "$3" "$4" "$5" "$6"
+  ratio "$3" "$4" "$2"
+  ratio "$3" "$6" "$2"
+  echo
+}
+
+row() { # LEVEL LABEL METRIC ITERS ARGS...
+  local level=$1 label=$2 metric=$3
+  shift 3
+  local v rc ud tcp
+  v=$(measure portals-verbs "$level" "$metric" "$@")
+  rc=$(measure rc_verbs "$level" "$metric" "$@")
+  ud=$(measure ud_verbs "$level" "$metric" "$@")
+  tcp=$(measure portals-tcp "$level" "$metric" "$@")
+  print_row "$label" "$metric" "$v" "$rc" "$ud" "$tcp"
+}
+
+# libportals4 over each wire: ptl_pingpong's put latency, 64 KiB and 1 MiB bandwidth, rate.
+pingpong() { # WIRE
+  PTL_WIRE=$1 NETNS_HOSTS="$h0 $h1" timeout 600 "$build/ptlrun" -n 2 --timeout 600 "$top/contrib/netns-exec-rank.sh" \
+    "$build/bench/ptl_pingpong" --iters $((4000 / scale)) --max-size 1048576 2>/dev/null
+}
+
+echo "# portals-ucx: portals over its verbs wire vs UCX rc_verbs/ud_verbs on soft-RoCE, $(date +%Y-%m-%d)"
+echo "# guest: $(uname -r), $(nproc) vCPUs ($(grep -q hypervisor /proc/cpuinfo && echo virtualised)), UCX $(ucx_info -v | awk '/Version/ {print $3; exit}'), devices $d0 (host $h0) and $d1 (host $h1)"
+echo "# latency = median one-way us, bw = MB/s, rate = M msg/s; vs rc / vs tcp > 1: portals over verbs wins"
+echo "# command: bench/verbs_matrix.sh > bench/verbs_report.txt"
+echo
+printf "%-30s %11s %11s %11s %11s %8s %8s\n" "test (unit)" "portals" "rc_verbs" "ud_verbs" "portals" "vs rc" "vs tcp"
+printf "%-30s %11s %11s %11s %11s\n" "" "verbs wire" "" "" "tcp wire"
+pv=$(pingpong verbs)
+pt=$(pingpong tcp)
+pp() { echo "$1" | awk -v k="$2" '$1 == k {print $2; found=1} END {if (!found) print "n/a"}'; }
+print_row "libportals4 put_lat 8B (us)" lat "$(pp "$pv" put_lat_8B_us)" - - "$(pp "$pt" put_lat_8B_us)"
+print_row "libportals4 put 64KiB (MB/s)" bw "$(pp "$pv" 65536)" - - "$(pp "$pt" 65536)"
+print_row "libportals4 put 1MiB (MB/s)" bw "$(pp "$pv" 1048576)" - - "$(pp "$pt" 1048576)"
+print_row "libportals4 put 8B (Mmsg/s)" rate "$(pp "$pv" msg_rate_8B_Mmsgs)" - - "$(pp "$pt" msg_rate_8B_Mmsgs)"
+row uct "UCT am_lat 8B (us)" lat 4000 -t am_lat -s 8
+row uct "UCT am_bw 8B (Mmsg/s)" rate 20000 -t am_bw -s 8
+row uct "UCT put_bw 64KiB zcopy (MB/s)" bw 500 -t put_bw -s 65536 -D zcopy
+row ucp "UCP tag_lat 8B (us)" lat 4000 -t tag_lat -s 8
+row ucp "UCP tag_bw 8B (Mmsg/s)" rate 20000 -t tag_bw -s 8
+row ucp "UCP tag_bw 1MiB (MB/s)" bw 100 -t tag_bw -s 1048576
+echo
+echo "== RDMA counters per device after the run (rdma statistic)"
+rdma statistic show 2>/dev/null | sed -n 's/^link \([^ ]*\) .* rdma_sends \([0-9]*\) rdma_recvs \([0-9]*\).*/\1 sends \2 recvs \3/p'
+exit 0
