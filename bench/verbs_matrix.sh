@@ -51,7 +51,8 @@ pair() {
       s_args="-d $d0:1" c_args="-d $d1:1"
       [ "$tl" = rc_verbs ] && ucp_tls=rc_verbs,ud_verbs ;;  # UCP wires rc up over ud
   esac
-  env+=(PERFTEST_SERVER_PREFIX="ip netns exec $h0 env $s_env" PERFTEST_CLIENT_PREFIX="ip netns exec $h1 env $c_env")
+  env+=(PERFTEST_SERVER_PREFIX="ip netns exec $h0 env $s_env"
+    PERFTEST_CLIENT_PREFIX="ip netns exec $h1 env $c_env ${PERFTEST_TOOL:-}")
   local args=("$@")
   if [ "$level" = uct ]; then
     args+=(-x "$uct_tl")
@@ -125,6 +126,43 @@ row uct "UCT put_bw 64KiB zcopy (MB/s)" bw 500 -t put_bw -s 65536 -D zcopy
 row ucp "UCP tag_lat 8B (us)" lat 4000 -t tag_lat -s 8
 row ucp "UCP tag_bw 8B (Mmsg/s)" rate 20000 -t tag_bw -s 8
 row ucp "UCP tag_bw 1MiB (MB/s)" bw 100 -t tag_bw -s 1048576
+
+# Where the time goes: user-space instructions (callgrind) and system calls (strace) of the
+# client per UCT am_lat iteration, from the difference between runs of N and 3N iterations
+# (start-up and wire-up cancel out). The kernel's own work (rxe is software) is in neither.
+per_iteration() { # TL TOOL: prints instructions or system calls per iteration
+  local tl=$1 tool=$2 n=$((1500 / scale)) out counts=()
+  for iters in "$n" $((3 * n)); do
+    out=$(mktemp -d)
+    case $tool in
+      callgrind) PERFTEST_TOOL="valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$out/cg.%p" ;;
+      strace) PERFTEST_TOOL="strace -f -c -o $out/strace.txt" ;;
+    esac
+    PERFTEST_TIMEOUT=900 PERFTEST_TOOL=$PERFTEST_TOOL pair "$tl" uct -t am_lat -s 8 -n "$iters" >/dev/null
+    case $tool in
+      callgrind) counts+=("$(cat "$out"/cg.* 2>/dev/null | awk '/^summary:/ {s += $2} END {print s + 0}')") ;;
+      strace) counts+=("$(awk '$NF == "total" {print $(NF-2)}' "$out/strace.txt" 2>/dev/null)") ;;
+    esac
+    rm -rf "$out"
+  done
+  awk -v a="${counts[0]:-0}" -v b="${counts[1]:-0}" -v n="$n" 'BEGIN {
+    if (a + 0 == 0 || b + 0 == 0) print "n/a"; else printf "%.0f\n", (b - a) / (2 * n) }'
+}
+echo
+if command -v valgrind >/dev/null && command -v strace >/dev/null; then
+  echo "## client cost per UCT am_lat iteration (one round trip)"
+  printf "%-30s %11s %11s %11s %11s\n" "" "portals" "rc_verbs" "ud_verbs" "portals"
+  printf "%-30s %11s %11s %11s %11s\n" "" "verbs wire" "" "" "tcp wire"
+  for tool in callgrind strace; do
+    label="instructions (callgrind)"
+    [ "$tool" = strace ] && label="system calls (strace)"
+    printf "%-30s" "$label"
+    for tl in portals-verbs rc_verbs ud_verbs portals-tcp; do printf " %11s" "$(per_iteration "$tl" "$tool")"; done
+    echo
+  done
+else
+  echo "## (no valgrind or strace here: no instruction and system-call counts)"
+fi
 echo
 echo "== RDMA counters per device after the run (rdma statistic)"
 rdma statistic show 2>/dev/null | sed -n 's/^link \([^ ]*\) .* rdma_sends \([0-9]*\) rdma_recvs \([0-9]*\).*/\1 sends \2 recvs \3/p'

@@ -7,18 +7,19 @@
 #   PERFTEST_CLIENT_PREFIX  the same for the client
 #   PERFTEST_SERVER_ARGS    arguments for the server only (e.g. its device: "-d rxe0:1")
 #   PERFTEST_CLIENT_ARGS    the same for the client
-# Prints the client's output; exits non-zero if either side fails or runs past 120 s.
+# Prints the client's output; exits non-zero if either side fails or runs past
+# PERFTEST_TIMEOUT seconds (default 120).
 set -e
 port=${PERFTEST_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 addr=${PERFTEST_ADDR:-127.0.0.1}
 log=$(mktemp)
 # shellcheck disable=SC2086 # the prefixes are lists of words
-${PERFTEST_SERVER_PREFIX:-} timeout 120 ucx_perftest -p "$port" "$@" ${PERFTEST_SERVER_ARGS:-} >"$log" 2>&1 &
+${PERFTEST_SERVER_PREFIX:-} timeout "${PERFTEST_TIMEOUT:-120}" ucx_perftest -p "$port" "$@" ${PERFTEST_SERVER_ARGS:-} >"$log" 2>&1 &
 server=$!
 # The server listens once it has set up; retry the connection briefly instead of sleeping.
 tries=0
 # shellcheck disable=SC2086
-until ${PERFTEST_CLIENT_PREFIX:-} timeout 120 ucx_perftest "$addr" -p "$port" "$@" ${PERFTEST_CLIENT_ARGS:-}; do
+until ${PERFTEST_CLIENT_PREFIX:-} timeout "${PERFTEST_TIMEOUT:-120}" ucx_perftest "$addr" -p "$port" "$@" ${PERFTEST_CLIENT_ARGS:-}; do
   tries=$((tries + 1))
   if [ $tries -ge 50 ] || ! kill -0 $server 2>/dev/null; then
     echo "perftest-pair: client failed; server said:" >&2

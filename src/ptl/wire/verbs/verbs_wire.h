@@ -83,7 +83,7 @@ private:
         uint32_t credits = 0;
         uint32_t peer_consumed = 0;             // the last count the receiver returned
         uint32_t buf_size = 0;                  // the receiver's buffers
-        uint32_t tx_head = 0, tx_tail = 0;      // send slots posted / completed
+        uint32_t tx_head = 0, tx_tail = 0;      // sends posted / known complete (counts)
         std::deque<std::vector<char>> backlog;  // whole frames not yet posted, in order
         size_t backlog_off = 0;                 // bytes of the front frame already posted
         std::unique_ptr<char[]> tx;             // tx_depth_ slots of buf_size bytes
@@ -116,7 +116,8 @@ private:
     bool reserve_cq(uint32_t entries);
     // Posts as much of the backlog as credits and send slots allow.
     void drain(OutConn &c);
-    bool post_fragment(OutConn &c, const char *data, size_t len);
+    char *tx_slot(OutConn &c) const;
+    bool post_slot(OutConn &c, size_t len);
     void post_rx(InConn &c, uint32_t slot);
     void post_credit_rx(OutConn &c);
     void return_credits(InConn &c);
