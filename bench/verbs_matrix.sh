@@ -126,6 +126,10 @@ row uct "UCT put_bw 64KiB zcopy (MB/s)" bw 500 -t put_bw -s 65536 -D zcopy
 row ucp "UCP tag_lat 8B (us)" lat 4000 -t tag_lat -s 8
 row ucp "UCP tag_bw 8B (Mmsg/s)" rate 20000 -t tag_bw -s 8
 row ucp "UCP tag_bw 1MiB (MB/s)" bw 100 -t tag_bw -s 1048576
+# Without the engine's progress thread (the application's polls alone): on 2 emulated CPUs
+# every wake-up of a helper thread takes a CPU from a process that is polling.
+PTL_PROGRESS=manual row uct "UCT am_lat 8B, manual progress" lat 4000 -t am_lat -s 8
+PTL_PROGRESS=manual row ucp "UCP tag_lat 8B, manual progress" lat 4000 -t tag_lat -s 8
 
 # Where the time goes: user-space instructions (callgrind) and system calls (strace) of the
 # client per UCT am_lat iteration, from the difference between runs of N and 3N iterations

@@ -894,19 +894,27 @@ int Engine::progress() {
 int Engine::app_progress() {
     // The progress thread stays out of the way only of an application that polls
     // continuously; one that calls in now and then (a server checking its socket every
-    // millisecond) must not hold up the peers it serves. The gap is sampled every
-    // kAppSampleCalls calls (the clock costs as much as a poll) and averaged over them.
+    // millisecond) must not hold up the peers it serves. What tells them apart is the time
+    // the application spends away between calls, not the time between calls: a poll of a
+    // slow machine's wires (an emulated guest's system calls) is long itself, and counting it
+    // had the progress thread compete for the CPU with an application that never stopped
+    // polling. Sampled every kAppSampleCalls calls (the clock costs as much as a poll): the
+    // call before a sampled one notes when it returned.
     constexpr uint32_t kAppSampleCalls = 16;
     Lock lk(mu_);
-    if (++app_calls_ % kAppSampleCalls == 0) {
+    const uint32_t turn = ++app_calls_ % kAppSampleCalls;
+    if (turn == 0) {
         const uint64_t t = monotonic_ns();
-        const uint64_t gap = (t - last_poll_ns_.exchange(t, std::memory_order_relaxed)) / kAppSampleCalls;
+        const uint64_t away = t > app_returned_ns_ ? t - app_returned_ns_ : 0;
+        last_poll_ns_.store(t, std::memory_order_relaxed);
         const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
-        app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(gap, 1000000000ull) / 8,
+        app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(away, 1000000000ull) / 8,
                                std::memory_order_relaxed);
         return progress_locked(t);
     }
-    return progress_locked();
+    const int work = progress_locked();
+    if (turn == kAppSampleCalls - 1) app_returned_ns_ = monotonic_ns();
+    return work;
 }
 
 int Engine::eq_grow(ptl_handle_eq_t h, ptl_size_t count) {

@@ -199,7 +199,7 @@ private:
     std::atomic<bool> sleepers_armed_{false};
     std::atomic<uint32_t> active_pollers_{0};
     std::atomic<uint64_t> last_poll_ns_{0};
-    std::atomic<uint64_t> app_poll_gap_ns_{1000000000ull};  // smoothed gap between app_progress calls
+    std::atomic<uint64_t> app_poll_gap_ns_{1000000000ull};  // smoothed time away between app_progress calls
 
     // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
     PeerId self_{};
@@ -221,8 +221,9 @@ private:
     uint64_t coarse_now_ns_ = 0;
     uint32_t coarse_calls_ = 0;
     uint32_t app_calls_ = 0;
-    MessageHandler deliver_;  // handle_message, built once
-    MessageHandler tcp_deliver_;  // deliver_, less the verbs wire's connection setup
+    uint64_t app_returned_ns_ = 0;  // when the call before a sampled app_progress returned
+    MessageHandler deliver_;        // handle_message, built once
+    MessageHandler tcp_deliver_;    // deliver_, less the verbs wire's connection setup
     std::unique_ptr<class ProgressThread> progress_thread_;
     bool in_triggers_ = false;
     HeldMessages held_;
