@@ -204,6 +204,18 @@ VerbsWire::OutConn *VerbsWire::out_conn(PeerId to) {
 
 bool VerbsWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                      int payload_count) {
+    return send_frame(to, header, header_len, payload, payload_count, false);
+}
+
+// An acknowledgement waits for the next send to the peer or the next progress: a ping-pong's
+// ACK then leaves with the pong, one doorbell (a system call on soft-RoCE) for both.
+bool VerbsWire::send_deferrable(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                                int payload_count) {
+    return send_frame(to, header, header_len, payload, payload_count, true);
+}
+
+bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                           int payload_count, bool deferrable) {
     if (dead_.count(to)) return false;
     OutConn *c = out_conn(to);
     if (c->state == State::OverControl) return control_->send(to, header, header_len, payload, payload_count);
@@ -215,6 +227,10 @@ bool VerbsWire::send(PeerId to, const void *header, size_t header_len, const str
     const size_t total = sizeof fh + header_len + plen;
     // The common case, a message that fits one buffer with a credit and a slot free, is
     // gathered straight into the slot; the rest waits whole in the backlog.
+    if (c->held == OutConn::kMaxHeld && !post_held(*c)) {
+        fail_out(*c);
+        return false;
+    }
     const bool direct = c->state == State::Ready && c->backlog.empty() && total <= c->buf_size &&
                         c->credits > 0 && c->tx_head - c->tx_tail < tx_depth_;
     std::vector<char> frame(direct ? 0 : total);
@@ -228,7 +244,15 @@ bool VerbsWire::send(PeerId to, const void *header, size_t header_len, const str
         p += payload[i].iov_len;
     }
     if (direct) {
-        if (post_slot(*c, total)) return true;
+        hold_slot(*c, total);
+        if (deferrable) {
+            if (!c->corked) {
+                c->corked = true;
+                corked_.push_back(c);
+            }
+            return true;
+        }
+        if (post_held(*c)) return true;
         fail_out(*c);
         return false;
     }
@@ -241,11 +265,13 @@ char *VerbsWire::tx_slot(OutConn &c) const {
     return c.tx.get() + size_t(c.tx_head % tx_depth_) * c.buf_size;
 }
 
-// Sends the next slot, filled with `len` bytes. Only every tx_depth/4-th send asks for a
-// completion: RC completes a QP's sends in order, so one stands for those before it.
-bool VerbsWire::post_slot(OutConn &c, size_t len) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(tx_slot(c)), uint32_t(len), c.tx_mr->lkey};
-    ibv_send_wr wr{}, *bad = nullptr;
+// Counts the next slot, filled with `len` bytes, as sent. Only every tx_depth/4-th send asks
+// for a completion: RC completes a QP's sends in order, so one stands for those before it.
+void VerbsWire::hold_slot(OutConn &c, size_t len) {
+    ibv_sge &sge = c.held_sge[c.held];
+    sge = ibv_sge{reinterpret_cast<uint64_t>(tx_slot(c)), uint32_t(len), c.tx_mr->lkey};
+    ibv_send_wr &wr = c.held_wr[c.held];
+    wr = ibv_send_wr{};
     wr.wr_id = wr_id(kTxSend, c.id, c.tx_head);
     wr.sg_list = &sge;
     wr.num_sge = 1;
@@ -253,28 +279,47 @@ bool VerbsWire::post_slot(OutConn &c, size_t len) {
     const uint32_t every = std::max<uint32_t>(1, tx_depth_ / 4);
     wr.send_flags = (c.tx_head % every == every - 1 ? IBV_SEND_SIGNALED : 0) |
                     (len <= dev_->max_inline_data() ? IBV_SEND_INLINE : 0);
-    if (ibv_post_send(c.qp, &wr, &bad) != 0) return false;
+    ++c.held;
     ++c.tx_head;
     --c.credits;
-    return true;
+}
+
+bool VerbsWire::post_held(OutConn &c) {
+    if (c.held == 0) return true;
+    for (int i = 0; i + 1 < c.held; ++i) c.held_wr[i].next = &c.held_wr[i + 1];
+    c.held_wr[c.held - 1].next = nullptr;
+    ibv_send_wr *bad = nullptr;
+    c.held = 0;
+    return ibv_post_send(c.qp, c.held_wr, &bad) == 0;
+}
+
+void VerbsWire::flush_corked() {
+    std::vector<OutConn *> list;
+    list.swap(corked_);
+    for (OutConn *c : list) {
+        c->corked = false;
+        if (c->state == State::Ready && !post_held(*c)) fail_out(*c);
+    }
 }
 
 void VerbsWire::drain(OutConn &c) {
     while (!c.backlog.empty() && c.state == State::Ready) {
         const std::vector<char> &f = c.backlog.front();
-        while (c.backlog_off < f.size()) {
-            if (c.credits == 0 || c.tx_head - c.tx_tail >= tx_depth_) return;
-            const size_t len = std::min<size_t>(c.buf_size, f.size() - c.backlog_off);
-            std::memcpy(tx_slot(c), f.data() + c.backlog_off, len);
-            if (!post_slot(c, len)) {
+        while (c.backlog_off < f.size() && c.credits > 0 && c.tx_head - c.tx_tail < tx_depth_) {
+            if (c.held == OutConn::kMaxHeld && !post_held(c)) {
                 fail_out(c);
                 return;
             }
+            const size_t len = std::min<size_t>(c.buf_size, f.size() - c.backlog_off);
+            std::memcpy(tx_slot(c), f.data() + c.backlog_off, len);
+            hold_slot(c, len);
             c.backlog_off += len;
         }
+        if (c.backlog_off < f.size()) break;  // until credits or slots come back
         c.backlog.pop_front();
         c.backlog_off = 0;
     }
+    if (c.state == State::Ready && !post_held(c)) fail_out(c);
 }
 
 void VerbsWire::post_credit_rx(OutConn &c) {
@@ -329,6 +374,7 @@ void VerbsWire::fall_back(OutConn &c) {
 void VerbsWire::fail_out(OutConn &c) {
     if (c.state == State::Connecting) --connecting_;
     c.state = State::Failed;
+    c.held = 0;
     c.backlog.clear();
     dead_.insert(c.peer);
 }
@@ -525,6 +571,7 @@ int VerbsWire::drain_stash(const MessageHandler &handler) {
 }
 
 int VerbsWire::progress(const MessageHandler &handler) {
+    if (!corked_.empty()) flush_corked();
     int work = drain_stash(handler);
     ibv_wc wc[kPollBatch];
     for (int round = 0; round < 4; ++round) {
@@ -687,6 +734,7 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
 // Sleeping
 
 void VerbsWire::arm_wakeup() {
+    if (!corked_.empty()) flush_corked();  // nothing deferred may wait out a sleep
     ibv_req_notify_cq(cq_, 0);
     // A completion that came before the request raises no event: look once more.
     ibv_wc wc[kPollBatch];

@@ -48,6 +48,8 @@ public:
 
     bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
               int payload_count) override;
+    bool send_deferrable(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                         int payload_count) override;
     size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
     int progress(const MessageHandler &handler) override;
     bool peer_dead(PeerId) override;
@@ -88,6 +90,13 @@ private:
         size_t backlog_off = 0;                 // bytes of the front frame already posted
         std::unique_ptr<char[]> tx;             // tx_depth_ slots of buf_size bytes
         ibv_mr *tx_mr = nullptr;
+        // Sends filled and counted but not yet handed to the device, posted as one chain
+        // (one doorbell): deferrable ones wait there for the next send or progress.
+        static constexpr int kMaxHeld = 16;
+        ibv_send_wr held_wr[kMaxHeld];
+        ibv_sge held_sge[kMaxHeld];
+        int held = 0;
+        bool corked = false;  // in corked_: holds deferred sends
         ~OutConn();
     };
     struct InConn {
@@ -116,8 +125,12 @@ private:
     bool reserve_cq(uint32_t entries);
     // Posts as much of the backlog as credits and send slots allow.
     void drain(OutConn &c);
+    bool send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
+                    int payload_count, bool deferrable);
     char *tx_slot(OutConn &c) const;
-    bool post_slot(OutConn &c, size_t len);
+    void hold_slot(OutConn &c, size_t len);
+    bool post_held(OutConn &c);
+    void flush_corked();
     void post_rx(InConn &c, uint32_t slot);
     void post_credit_rx(OutConn &c);
     void return_credits(InConn &c);
@@ -152,6 +165,7 @@ private:
     std::unique_ptr<RegCache> cache_;
     struct Export;
     std::unordered_set<Export *> exports_;  // handed to the engine, not yet released
+    std::vector<OutConn *> corked_;         // connections holding deferred sends
     uint64_t rdma_ops_ = 0, rdma_bytes_ = 0;
 
     std::function<void()> wake_;
