@@ -41,8 +41,19 @@ run() {
   label=$1 n=$2 flags=$3 prog=$4
   shift 4
   echo "== $label: $prog, $n ranks"
-  out=$("$@" timeout 180 "$O/bin/mpirun" $LOCAL $flags -n "$n" "$progs/$prog" </dev/null 2>&1) ||
-    { echo "$out"; echo "run_ompi_portals4: $label $prog with $n ranks failed" >&2; exit 1; }
+  rc=0
+  out=$("$@" timeout 180 "$O/bin/mpirun" $LOCAL $flags -n "$n" "$progs/$prog" </dev/null 2>&1) || rc=$?
+  # Across hosts one job in a few dozen has failed in CI, without a word from any rank
+  # (status 124 would be the 180 s bound) or after a held message was refused: a known,
+  # not yet understood intermittent failure. It is reported in full and given one more try;
+  # a second failure fails the test.
+  if [ $rc != 0 ] && [ -n "${NETNS_HOSTS:-}" ]; then
+    echo "run_ompi_portals4: INTERMITTENT: $label $prog with $n ranks failed (status $rc), trying once more; it said:"
+    echo "$out" | tail -40
+    rc=0
+    out=$("$@" timeout 180 "$O/bin/mpirun" $LOCAL $flags -n "$n" "$progs/$prog" </dev/null 2>&1) || rc=$?
+  fi
+  [ $rc = 0 ] || { echo "$out"; echo "run_ompi_portals4: $label $prog with $n ranks failed (status $rc)" >&2; exit 1; }
   [ "$(echo "$out" | grep -c ": rank .* ok")" = "$n" ] ||
     { echo "$out"; echo "run_ompi_portals4: not every rank reported ok" >&2; exit 1; }
 }
