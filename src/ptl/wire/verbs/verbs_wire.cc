@@ -225,12 +225,12 @@ bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, con
     if (header_len > kMaxHeader || plen > cfg_.max_message) return false;
     FrameHead fh{uint32_t(header_len), 0, plen};
     const size_t total = sizeof fh + header_len + plen;
-    // The common case, a message that fits one buffer with a credit and a slot free, is
-    // gathered straight into the slot; the rest waits whole in the backlog.
     if (c->held == OutConn::kMaxHeld && !post_held(*c)) {
         fail_out(*c);
         return false;
     }
+    // The common case, a message that fits one buffer with a credit and a slot free, is
+    // gathered straight into the slot; the rest waits whole in the backlog.
     const bool direct = c->state == State::Ready && c->backlog.empty() && total <= c->buf_size &&
                         c->credits > 0 && c->tx_head - c->tx_tail < tx_depth_;
     std::vector<char> frame(direct ? 0 : total);
