@@ -7,12 +7,13 @@
 #   PERFTEST_CLIENT_PREFIX  the same for the client
 #   PERFTEST_SERVER_ARGS    arguments for the server only (e.g. its device: "-d rxe0:1")
 #   PERFTEST_CLIENT_ARGS    the same for the client
+#   PERFTEST_SERVER_LOG     a file that keeps the server's output (default: shown only if it fails)
 # Prints the client's output; exits non-zero if either side fails or runs past
 # PERFTEST_TIMEOUT seconds (default 120).
 set -e
 port=${PERFTEST_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')}
 addr=${PERFTEST_ADDR:-127.0.0.1}
-log=$(mktemp)
+log=${PERFTEST_SERVER_LOG:-$(mktemp)}
 # shellcheck disable=SC2086 # the prefixes are lists of words
 ${PERFTEST_SERVER_PREFIX:-} timeout "${PERFTEST_TIMEOUT:-120}" ucx_perftest -p "$port" "$@" ${PERFTEST_SERVER_ARGS:-} >"$log" 2>&1 &
 server=$!
@@ -25,7 +26,7 @@ until ${PERFTEST_CLIENT_PREFIX:-} timeout "${PERFTEST_TIMEOUT:-120}" ucx_perftes
     echo "perftest-pair: client failed; server said:" >&2
     cat "$log" >&2
     kill $server 2>/dev/null || true
-    rm -f "$log"
+    [ -n "${PERFTEST_SERVER_LOG:-}" ] || rm -f "$log"
     exit 1
   fi
   sleep 0.1
@@ -33,5 +34,5 @@ done
 status=0
 wait $server || status=$?
 [ $status -eq 0 ] || { echo "perftest-pair: server failed ($status):" >&2; cat "$log" >&2; }
-rm -f "$log"
+[ -n "${PERFTEST_SERVER_LOG:-}" ] || rm -f "$log"
 exit $status

@@ -54,10 +54,26 @@ elif [ -f "$b/env.sh" ] && command -v ucx_perftest >/dev/null 2>&1; then
   . "$b/env.sh"
   export UCX_TLS=portals
   # Server on host 1, client on host 2 (contrib/perftest-pair.sh); prints the result line.
+  # netns-rsh.sh gives each side its host's RDMA device in the guest (guest-rxe-hosts.sh); a
+  # verbs connection that fails there would fall back to tcp silently, so its message fails
+  # the test.
   perf_pair() {
-    out=$(PERFTEST_ADDR=$server_addr PERFTEST_SERVER_PREFIX="ip netns exec $server_host" \
-      PERFTEST_CLIENT_PREFIX="ip netns exec $client_host" "$top/contrib/perftest-pair.sh" "$@") ||
-      { echo "run_multihost: ucx_perftest $* failed" >&2; return 1; }
+    server_log=$(mktemp)
+    status=0
+    out=$(PERFTEST_ADDR=$server_addr PERFTEST_SERVER_PREFIX="$top/contrib/netns-rsh.sh $server_host" \
+      PERFTEST_CLIENT_PREFIX="$top/contrib/netns-rsh.sh $client_host" PERFTEST_SERVER_LOG=$server_log \
+      "$top/contrib/perftest-pair.sh" "$@" 2>&1) || status=$?
+    refused=$( (cat "$server_log"; echo "$out") | grep "portals: verbs connection" || true)
+    rm -f "$server_log"
+    if [ $status -ne 0 ]; then
+      echo "$out"
+      echo "run_multihost: ucx_perftest $* failed" >&2
+      return 1
+    elif [ -n "$refused" ]; then
+      echo "$refused"
+      echo "run_multihost: ucx_perftest $*: a verbs connection failed (the job fell back to tcp)" >&2
+      return 1
+    fi
     echo "$out" | grep Final
   }
   echo "== ucx_perftest between hosts, UCX_TLS=portals"
