@@ -1,6 +1,6 @@
 // Active messages: each is copied into a send buffer and put to the peer's AM portal with the
-// AM id in the match bits. The buffer stays until the target acknowledges the message in full
-// or, if it met the catch-all, fetches it (see iface_impl.h).
+// AM id in the match bits. The buffer stays until the target reports the message processed
+// (peer_window.h): if it met the catch-all, the target fetches it from there first.
 #include "iface_impl.h"
 
 extern "C" {
@@ -12,24 +12,24 @@ extern "C" {
 using namespace uct_portals;
 
 ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
-                                      uint64_t hdr_data, int tx_desc, size_t length, uct_completion_t *comp) {
+                                      uint64_t hdr_data, int tx_desc, size_t length) {
     Iface *f = ep->iface;
-    Op *op = f->get_op(ep, OpType::Send, comp);
-    if (!op) {
-        f->tx_free.push_back(tx_desc);
-        return UCS_ERR_NO_RESOURCE;
+    Peer &p = *ep->window;
+    MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
+    if (const uint16_t g = f->take_piggy_grant(p)) {
+        m.grant = true;
+        m.fetch_length = g;
     }
-    op->tx_desc = tx_desc;
-    op->length = length;
-    op->fetched_if_expected = kind == MsgKind::TagRndvRequest && length > 0;
-    f->tx_owner[size_t(tx_desc)] = op;
-    const MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
-    const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length, PTL_ACK_REQ,
-                          ep->peer, pt, bits, encode_msg(m), op, hdr_data);
+    // No event: the MD reports no SEND, and a failed peer is found by check_peers.
+    const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length, PTL_NO_ACK_REQ,
+                          ep->peer, pt, bits, encode_msg(m), nullptr, hdr_data);
     if (rc != PTL_OK) {
-        f->put_op(op);
+        if (m.grant) p.owed += m.fetch_length;
+        f->tx_free.push_back(tx_desc);
         return status_of(rc);
     }
+    f->hold(p, tx_desc);
+    ep->sent_mark = p.sent;
     return UCS_OK;
 }
 
@@ -72,7 +72,7 @@ extern "C" ucs_status_t uct_portals_ep_am_short(uct_ep_h tl_ep, uint8_t id, uint
     char *p = f->tx_desc_addr(d);
     std::memcpy(p, &header, sizeof header);
     if (length) std::memcpy(p + sizeof header, payload, length);  // payload may be null then
-    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, sizeof header + length, nullptr);
+    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, sizeof header + length);
 }
 
 extern "C" ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, const uct_iov_t *iov,
@@ -84,7 +84,7 @@ extern "C" ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, 
     int d;
     const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), nullptr);
+    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
 }
 
 extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_callback_t pack_cb, void *arg,
@@ -96,13 +96,13 @@ extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_
     int d;
     const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, "am_bcopy");
     if (length < 0) return length;
-    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(length), nullptr);
+    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(length));
     return s == UCS_OK ? length : ssize_t(s);
 }
 
 extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
                                                 unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
-                                                unsigned, uct_completion_t *comp) {
+                                                unsigned, uct_completion_t *) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_AM_ID(id);
@@ -113,6 +113,6 @@ extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, cons
     int d;
     const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), comp);
-    return s == UCS_OK ? UCS_INPROGRESS : s;
+    // Copied into the send buffer: the source is free again, so the send is complete.
+    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
 }

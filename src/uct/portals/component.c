@@ -38,9 +38,22 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      ucs_offsetof(uct_portals_iface_config_t, rx_descs), UCS_CONFIG_TYPE_UINT},
 
     {"TX_DESCS", "256",
-     "Send buffers for short and bcopy sends; each is held until the target acknowledges\n"
-     "the message. When none is free, sends return UCS_ERR_NO_RESOURCE.",
+     "Send buffers for active and eager tagged messages; each is held until the receiver\n"
+     "reports the message processed (no acknowledgement per message: reports come in\n"
+     "batches or with the receiver's own messages). When none is free, sends return\n"
+     "UCS_ERR_NO_RESOURCE.",
      ucs_offsetof(uct_portals_iface_config_t, tx_descs), UCS_CONFIG_TYPE_UINT},
+
+    {"TX_WINDOW", "64",
+     "Send buffers one peer interface may hold at a time; beyond, sends to it return\n"
+     "UCS_ERR_NO_RESOURCE until it reports messages processed.",
+     ucs_offsetof(uct_portals_iface_config_t, tx_window), UCS_CONFIG_TYPE_UINT},
+
+    {"GRANT_BATCH", "16",
+     "A receiver reports processed messages to their sender when this many are owed (or\n"
+     "with its next message to that sender, or when progress finds nothing to do).\n"
+     "Keep it below the senders' TX_WINDOW.",
+     ucs_offsetof(uct_portals_iface_config_t, grant_batch), UCS_CONFIG_TYPE_UINT},
 
     {"TX_QUEUE_LEN", "1024",
      "Operations in flight on one interface before sends return UCS_ERR_NO_RESOURCE.",

@@ -1,5 +1,6 @@
 // Endpoints: connected to a peer iface by its (nid, pid) and portal indexes; flush waits
-// for the ep's operations issued before it; pending requests run when operations complete.
+// for the ep's operations issued before it (messages, which have no acknowledgement of their
+// own, by a probe behind them); pending requests run when operations complete.
 #include "iface_impl.h"
 
 #include <new>
@@ -24,6 +25,7 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
     ep->am_pt = ia->am_pt;
     ep->tag_pt = ia->tag_pt;
     ep->ctl_pt = ia->ctl_pt;
+    ep->window = &ep->iface->peer(ep->peer, ia->ctl_pt);
     ucs_queue_head_init(&ep->pending);
     ep->iface->eps.push_back(ep);
     uct->impl = ep;
@@ -47,7 +49,8 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     Iface *f = ep->iface;
     // Like UCX's own transports: nothing completes after the ep is gone.
     f->cancel_ops(ep);
-    for (const auto &flush : ep->flushes) uct_invoke_completion(flush.second, UCS_ERR_CANCELED);
+    for (const Ep::FlushWait &w : ep->flushes) uct_invoke_completion(w.comp, UCS_ERR_CANCELED);
+    std::erase(ep->window->flushing, ep);
     if (ep->in_pending_list) std::erase(f->pending_eps, ep);
     std::erase_if(f->failed_eps, [ep](const auto &e) { return e.first == ep; });
     std::erase(f->eps, ep);
@@ -65,10 +68,16 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
         return UCS_OK;
     }
     if (!ucs_queue_is_empty(&ep->pending)) return UCS_ERR_NO_RESOURCE;
-    if (ep->in_flight.empty()) return UCS_OK;
-    ep->iface->progress();
-    if (ep->in_flight.empty()) return UCS_OK;
-    if (comp) ep->flushes.emplace_back(ep->in_flight.next(), comp);
+    Iface *f = ep->iface;
+    const auto done = [&] { return ep->in_flight.empty() && f->messages_arrived(ep); };
+    if (done()) return UCS_OK;
+    if (!f->messages_arrived(ep)) f->ensure_probe(*ep->window);
+    f->progress();
+    if (done()) return UCS_OK;
+    if (comp) {
+        ep->flushes.push_back({ep->in_flight.next(), ep->sent_mark, comp});
+        if (!f->messages_arrived(ep)) f->watch_flush(ep);
+    }
     return UCS_INPROGRESS;
 }
 

@@ -25,8 +25,11 @@ ptl_md_t whole_memory_md(ptl_handle_eq_t eq, unsigned options) {
 }
 
 int append_ctl_mes(Iface &f) {
-    const ptl_me_t pool = make_me(f.tx_buf, f.tx_stride * f.tx_free.size(), PTL_ME_OP_GET, kTxPoolBits, 0);
+    const ptl_me_t pool = make_me(f.tx_buf, f.tx_stride * f.tx_free.size(),
+                                  PTL_ME_OP_GET | PTL_ME_EVENT_SUCCESS_DISABLE, kTxPoolBits, 0);
     int rc = PtlMEAppend(f.ni, f.ctl_pt, &pool, PTL_PRIORITY_LIST, nullptr, &f.tx_pool_me);
+    const ptl_me_t grants = make_me(nullptr, 0, PTL_ME_OP_PUT, kGrantBits, 0xff);
+    if (rc == PTL_OK) rc = PtlMEAppend(f.ni, f.ctl_pt, &grants, PTL_PRIORITY_LIST, nullptr, &f.grant_me);
     const ptl_me_t probe =
         make_me(nullptr, 0, PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_SUCCESS_DISABLE, kProbeBits, 0);
     if (rc == PTL_OK) rc = PtlMEAppend(f.ni, f.ctl_pt, &probe, PTL_PRIORITY_LIST, nullptr, &f.probe_me);
@@ -64,6 +67,7 @@ void release_objects(Iface &f) {
     });
     if (f.tx_pool_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.tx_pool_me);
     if (f.probe_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.probe_me);
+    if (f.grant_me != PTL_INVALID_HANDLE) PtlMEUnlink(f.grant_me);
     for (ptl_pt_index_t *pt : {&f.am_pt, &f.tag_pt, &f.ctl_pt}) {
         if (*pt != PTL_PT_ANY) {
             const int rc = PtlPTFree(f.ni, *pt);
@@ -110,6 +114,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
         std::min({cfg->rndv_max_hdr, f->seg_size - std::min(f->seg_size, sizeof(RndvInfo)), kMaxRndvHeader});
     f->tm_list_size = cfg->tm_list_size;
     f->rndv_queue_len = std::max(cfg->rndv_queue_len, 1u);
+    f->tx_window = std::max(cfg->tx_window, 1u);
+    f->grant_batch = std::max(cfg->grant_batch, 1u);
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
     f->print_stats = cfg->stats != 0;
@@ -123,8 +129,10 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     const unsigned tx_descs = std::max(cfg->tx_descs, 1u);
     const unsigned rx_descs = std::max(cfg->rx_descs, 1u);
     // Every event has a bounded source: a descriptor, a posted receive, an operation in
-    // flight (one ACK or REPLY, one GET of its source) or a message fetched from its sender.
-    const ptl_size_t eq_size = 2 * ptl_size_t(rx_descs) + 2 * tx_queue_len + f->tm_list_size + 4096;
+    // flight (one ACK or REPLY, one GET of its source), a message fetched from its sender or
+    // a grant (each returns at least one held send buffer).
+    const ptl_size_t eq_size =
+        2 * ptl_size_t(rx_descs) + 2 * tx_queue_len + tx_descs + f->tm_list_size + 4096;
 
     int rc = PtlGetPhysId(f->ni, &f->self);
     ptl_ni_limits_t lim{};
@@ -163,7 +171,6 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     }
     if (rc == PTL_OK) {
         for (unsigned i = tx_descs; i-- > 0;) f->tx_free.push_back(int(i));
-        f->tx_owner.assign(tx_descs, nullptr);
         rc = append_ctl_mes(*f);
     }
     if (rc == PTL_OK) {
@@ -193,6 +200,8 @@ extern "C" void uct_portals_iface_cleanup(uct_portals_iface_t *uct) {
     auto *f = static_cast<uct_portals_iface_impl *>(uct->impl);
     if (!f) return;
     for (RxEvent &r : f->rx_fifo) RxPool::release_buf(r.buf);
+    // Senders waiting to hear that their messages were processed (a flush) hear it now.
+    f->send_owed_grants();
     release_objects(*f);
     print_tag_stats(*f);
     delete f;
@@ -314,9 +323,17 @@ extern "C" int uct_portals_iface_is_reachable(const uct_iface_h tl_iface, const 
 extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, uct_completion_t *comp) {
     if (comp) return UCS_ERR_UNSUPPORTED;
     Iface *f = iface_of(tl_iface);
-    if (f->ops_in_flight == 0) return UCS_OK;
+    const auto done = [f] {
+        if (f->ops_in_flight) return false;
+        for (const Ep *ep : f->eps)
+            if (!f->messages_arrived(ep)) return false;
+        return true;
+    };
+    if (done()) return UCS_OK;
+    for (Ep *ep : f->eps)
+        if (!f->messages_arrived(ep)) f->ensure_probe(*ep->window);
     f->progress();
-    return f->ops_in_flight ? UCS_INPROGRESS : UCS_OK;
+    return done() ? UCS_OK : UCS_INPROGRESS;
 }
 
 // The engine delivers and executes operations to a peer in issue order (the wires are
@@ -420,10 +437,6 @@ void Iface::put_op(Op *op) {
         ep->in_flight.finish(op->seq);
         complete_flushes(ep);
     }
-    if (op->tx_desc >= 0) {
-        tx_owner[size_t(op->tx_desc)] = nullptr;
-        tx_free.push_back(op->tx_desc);
-    }
     if (op->announce_me != PTL_INVALID_HANDLE)
         PtlMEUnlink(std::exchange(op->announce_me, PTL_INVALID_HANDLE));
     op->ep = nullptr;
@@ -440,9 +453,9 @@ void Iface::complete_flushes(Ep *ep) {
     const uint64_t oldest = ep->in_flight.oldest();
     size_t kept = 0;
     std::vector<uct_completion_t *> done;
-    for (auto &w : fl) {
-        if (w.first <= oldest)
-            done.push_back(w.second);
+    for (const Ep::FlushWait &w : fl) {
+        if (w.seq <= oldest && (ep->failed || ep->window->arrived(w.sent_mark)))
+            done.push_back(w.comp);
         else
             fl[kept++] = w;
     }

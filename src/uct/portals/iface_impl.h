@@ -5,8 +5,9 @@
 //                                in receive descriptors on the overflow list, then a catch-all
 //   ctl_pt  sources to fetch     the send-buffer pool and rendezvous data, read by peers' gets
 // A message that finds no free descriptor hits the zero-length catch-all: it is truncated,
-// not dropped, and the receiver gets it from the sender, which keeps every send until it is
-// acknowledged in full or fetched. So no message is lost or reordered for lack of buffers.
+// not dropped, and the receiver gets it from the sender, which keeps every send until the
+// receiver reports it processed (peer_window.h). So no message is lost or reordered for lack
+// of buffers, and no message needs an acknowledgement of its own.
 #pragma once
 
 extern "C" {
@@ -25,6 +26,7 @@ extern "C" {
 #include <vector>
 
 #include "me.h"
+#include "peer_window.h"
 #include "ring.h"
 #include "rx_pool.h"
 #include "seq_window.h"
@@ -33,27 +35,30 @@ namespace uct_portals {
 
 // The remote offset of a message to a receive portal carries what the receiver needs to
 // fetch it if it was truncated (receive descriptors place data at locally managed offsets,
-// so the field is otherwise unused): [kind:4][sender ctl portal:8][length to fetch:16]
+// so the field is otherwise unused): [grant:1][kind:3][sender ctl portal:8][16 bits]
 // [offset in the sender's send-buffer pool:36]. A rendezvous' announcement is put with zero
-// bytes and fetched by its key (see tag.cc); the length is its; other messages' is rlength.
+// bytes and fetched by its key (see tag.cc): the 16 bits are its length. Other messages are
+// fetched by rlength; with the grant bit set, their 16 bits are a grant (peer_window.h).
 enum class MsgKind : uint8_t { Am = 1, TagEager = 2, TagRndv = 3, TagRndvRequest = 4 };
 
 struct MsgInfo {
     MsgKind kind;
     uint8_t src_pt;
     uint64_t src_offset;
-    uint16_t fetch_length = 0;
+    uint16_t fetch_length = 0;  // or the grant
+    bool grant = false;
 };
 
 constexpr unsigned kMsgOffsetBits = 36;
 constexpr uint64_t kMaxTxPoolBytes = 1ull << kMsgOffsetBits;
 
 inline uint64_t encode_msg(const MsgInfo &m) {
-    return (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) |
+    return (uint64_t(m.grant) << 63) | (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) |
            (uint64_t(m.fetch_length) << kMsgOffsetBits) | (m.src_offset & (kMaxTxPoolBytes - 1));
 }
 inline MsgInfo decode_msg(uint64_t v) {
-    return {MsgKind(v >> 60), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1), uint16_t(v >> kMsgOffsetBits)};
+    return {MsgKind((v >> 60) & 7), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1), uint16_t(v >> kMsgOffsetBits),
+            bool(v >> 63)};
 }
 
 // A rendezvous' header data: [data length:32][key:32]. The key names the sender's ME for
@@ -76,6 +81,7 @@ constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;    // the send-buffer pool
 constexpr ptl_match_bits_t kRndvBits = 1ull << 62;      // one rendezvous' data, | key
 constexpr ptl_match_bits_t kProbeBits = 1ull << 61;     // zero bytes, for RMA without an rkey
 constexpr ptl_match_bits_t kAnnounceBits = 1ull << 60;  // one rendezvous' announcement, | key
+constexpr ptl_match_bits_t kGrantBits = 1ull << 59;     // a grant, | the granting iface's ctl portal
 
 // A remote region; nullptr for the null and invalid rkeys. Those name no memory, so only a
 // zero-length put or get may use them: it goes to the peer's probe entry, and so still
@@ -93,6 +99,7 @@ struct RndvInfo {
 };
 
 struct Ep;
+struct Peer;
 struct Iface;
 
 // A registration (md.cc): the ME and what the rkey names.
@@ -104,7 +111,7 @@ struct Memh {
 
 constexpr size_t kMaxIov = 16;  // gathered into a send buffer
 
-enum class OpType : uint8_t { Put, Get, GetBcopy, AtomicPost, AtomicFetch, Send, Rndv, Recovery };
+enum class OpType : uint8_t { Put, Get, GetBcopy, AtomicPost, AtomicFetch, Probe, Rndv, Recovery };
 
 // One operation in flight; its address is the user_ptr of the engine operation.
 struct Op {
@@ -120,12 +127,7 @@ struct Op {
     void *result = nullptr;
     unsigned result_size = 0;
     uint64_t operand = 0, compare = 0, fetched = 0;
-    // sends the target may fetch (truncated at a receiver without a free descriptor)
-    int tx_desc = -1;
-    bool acked = false, truncated = false, fetched_by_peer = false;
-    // a software rendezvous request: a receiver whose posted receive took it reads it from
-    // our send buffer (see deliver_expected), so it is kept until then
-    bool fetched_if_expected = false;
+    bool acked = false;  // a rendezvous' announcement arrived
     // rendezvous: the MEs exposing the data and the announcement (RndvInfo + header)
     ptl_handle_me_t src_me = PTL_INVALID_HANDLE, announce_me = PTL_INVALID_HANDLE;
     char *announcement = nullptr;
@@ -134,9 +136,29 @@ struct Op {
     char *bounce = nullptr;
     // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data
     int64_t rx_id = -1;  // the RxEvent in rx_fifo (Ring id) whose truncated body this fetches
+    Peer *window = nullptr;  // a flush probe's peer
     uct_tag_context_t *ctx = nullptr;
     ucs_status_t rndv_status = UCS_OK;
     Op *next_free = nullptr;
+};
+
+// A peer iface (peer_window.h).
+struct Peer {
+    ptl_process_t proc{};
+    uint8_t ctl_pt = 0;
+    // Sending to it: buffers of messages it has not reported processed, oldest first, and
+    // how many messages were sent; so sent - held.size() are known processed.
+    std::deque<int> held;
+    uint64_t sent = 0;
+    // The flush probe: one at a time; `probed` messages are known to have arrived.
+    Op probe_op;
+    bool probe_in_flight = false;
+    uint64_t probe_covers = 0, probed = 0;
+    std::vector<Ep *> flushing;  // eps with flushes waiting for messages to this peer
+    // Receiving from it: messages processed and not yet reported.
+    uint32_t owed = 0;
+    bool in_owing_list = false;
+    bool arrived(uint64_t mark) const { return sent - held.size() >= mark || probed >= mark; }
 };
 
 // A receive event waiting its turn: events of both receive portals are delivered in arrival
@@ -148,6 +170,7 @@ struct RxEvent {
     bool ready = true;       // false while its data is being fetched
     bool unexpected = true;  // false: matched a posted receive
     uct_tag_context_t *ctx = nullptr;
+    Peer *from = nullptr;  // the sender, owed a grant once this is processed
 };
 
 // Per posted receive, kept in uct_tag_context_t::priv.
@@ -171,8 +194,16 @@ struct Ep {
     bool failed = false;
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
-    SeqWindow in_flight;                                           // seqs of ops not yet complete
-    std::vector<std::pair<uint64_t, uct_completion_t *>> flushes;  // complete when all < seq are
+    Peer *window = nullptr;  // the peer iface's state (iface-owned), shared with other eps to it
+    uint64_t sent_mark = 0;  // the peer's message count after this ep's last message
+    SeqWindow in_flight;     // seqs of ops not yet complete
+    // A flush completes when every op before `seq` has and the messages up to `sent_mark`
+    // are known to have arrived (peer_window.h).
+    struct FlushWait {
+        uint64_t seq, sent_mark;
+        uct_completion_t *comp;
+    };
+    std::vector<FlushWait> flushes;
     ucs_queue_head_t pending;
     bool in_pending_list = false;
     bool dispatching = false;  // a pending request of this ep is running
@@ -222,7 +253,12 @@ struct Iface {
     char *tx_buf = nullptr;
     size_t tx_stride = 0;
     std::vector<int> tx_free;
-    std::vector<Op *> tx_owner;  // the send holding each buffer
+    ptl_handle_me_t grant_me = PTL_INVALID_HANDLE;
+    // peer ifaces (peer_window.h); a Peer lives as long as the iface
+    std::unordered_map<PeerKey, std::unique_ptr<Peer>, PeerKeyHash> peers;
+    Peer *last_peer = nullptr;  // most traffic comes from one peer at a time
+    std::vector<Peer *> owing;  // peers owed a grant
+    unsigned tx_window = 0, grant_batch = 0;
     ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
     ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
     std::vector<Op> ops;
@@ -259,13 +295,36 @@ struct Iface {
     Op *get_rndv_op(Ep *ep, uct_completion_t *comp);
     void complete_op(Op *op, ucs_status_t status);
     int get_tx_desc(const Ep *ep) {
-        if (tx_free.empty() || ep->blocked_by_pending()) return -1;
+        if (tx_free.empty() || ep->blocked_by_pending() || window_full(ep)) return -1;
         const int d = tx_free.back();
         tx_free.pop_back();
         return d;
     }
     char *tx_desc_addr(int d) const { return tx_buf + size_t(d) * tx_stride; }
     bool has_tx_resources() const { return free_ops != nullptr && !tx_free.empty(); }
+    // peer windows (peer_window.cc)
+    Peer &peer(const ptl_process_t &proc, uint8_t ctl_pt);
+    void hold(Peer &p, int tx_desc) {
+        p.held.push_back(tx_desc);
+        ++p.sent;
+    }
+    void release_held(Peer &p, uint32_t count);
+    bool messages_arrived(const Ep *ep) const { return ep->failed || ep->window->arrived(ep->sent_mark); }
+    // A probe behind everything sent to `p` so far, unless one is on its way.
+    void ensure_probe(Peer &p);
+    void on_probe_ack(Peer &p, ucs_status_t status);
+    void watch_flush(Ep *ep);     // its flush waits for messages to arrive
+    void check_flushing(Peer &p);  // some of its messages are known to have arrived
+    void on_grant_event(const ptl_event_t &ev);
+    void processed_from(Peer &p);
+    // The grant to piggy-back on a message to `p` (0: none owed); taken from what is owed.
+    uint16_t take_piggy_grant(Peer &p) {
+        const uint32_t g = std::min(p.owed, kMaxPiggyGrant);
+        p.owed -= g;
+        return uint16_t(g);
+    }
+    void send_grant(Peer &p);
+    void send_owed_grants();
     // Posted, or matched or cancelled without its completion reported yet.
     template <class F>
     void for_each_op(F &&f) {
@@ -280,7 +339,8 @@ struct Iface {
             if (c.first == ctx) return true;
         return false;
     }
-    bool can_send(const Ep *ep) const { return has_tx_resources() && !ep->blocked_by_pending(); }
+    bool window_full(const Ep *ep) const { return ep->window->held.size() >= tx_window; }
+    bool can_send(const Ep *ep) const { return !tx_free.empty() && !ep->blocked_by_pending() && !window_full(ep); }
     // Limits reported by iface_query and enforced by the sends.
     size_t max_put_short() const { return std::min(seg_size, max_volatile); }
     size_t max_am_hdr() const { return std::min<size_t>(128, seg_size / 2); }
@@ -349,7 +409,8 @@ inline Ep *ep_of(uct_ep_h ep) {
 }
 
 // Issue an operation on an ep, returning UCS_ERR_NO_RESOURCE when the iface is out of ops.
+// Sends a message from a send buffer (held until the receiver reports it processed).
 ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits, uint64_t hdr_data,
-                         int tx_desc, size_t length, uct_completion_t *comp);
+                         int tx_desc, size_t length);
 
 }  // namespace uct_portals

@@ -57,6 +57,7 @@ unsigned Iface::progress() {
     if (n == 0 && rx_fifo.empty()) {
         am_rx.repost_when_idle();
         tag_rx.repost_when_idle();
+        if (!owing.empty()) send_owed_grants();
     }
     if (!eps.empty()) {
         const ucs_time_t now = ucs_get_time();
@@ -77,10 +78,11 @@ unsigned Iface::progress() {
 }
 
 // Operations the engine owns fail by themselves when their peer dies. But a send may wait
-// for the peer with nothing left in the engine (a rendezvous or a truncated eager message
-// waiting to be fetched, or UCP's own rendezvous waiting for an answer), like an idle
-// connection of UCX's tcp transport: ask the engine whether the peers of a few eps per
-// round are known to be dead (their process gone, their connection reset or timed out).
+// for the peer with nothing left in the engine (a rendezvous waiting to be fetched, UCP's own
+// rendezvous waiting for an answer), messages are sent without acknowledgement, and their
+// buffers wait for the peer's grant, like an idle connection of UCX's tcp transport: ask the
+// engine whether the peers of a few eps per round are known to be dead (their process gone,
+// their connection reset or timed out).
 void Iface::check_peers() {
     const size_t visits = std::min(eps.size(), kPeerChecksPerRound);
     for (size_t i = 0; i < visits; ++i) {
@@ -90,18 +92,20 @@ void Iface::check_peers() {
     }
 }
 
-// The sends waiting for the peer to fetch them complete now; the error handler runs from
-// progress (report_failed_eps).
+// The rendezvous sends waiting for the peer to fetch them complete now, and the buffers its
+// grant would have returned are free; the error handler runs from progress
+// (report_failed_eps).
 void Iface::fail_ep(Ep *ep, ucs_status_t status) {
+    mark_failed(ep, status);
+    release_held(*ep->window, uint32_t(ep->window->held.size()));
     for_each_op([&](Op &op) {
-        if (op.ep != ep || !op.acked || (op.type != OpType::Rndv && op.type != OpType::Send)) return;
+        if (op.ep != ep || !op.acked || op.type != OpType::Rndv) return;
         // A rendezvous whose data was fetched after all (its ME already gone) completes by
         // its GET event, which may still be on its way.
         if (op.type == OpType::Rndv && PtlMEUnlink(std::exchange(op.src_me, PTL_INVALID_HANDLE)) != PTL_OK)
             return;
         complete_op(&op, status);
     });
-    mark_failed(ep, status);
 }
 
 // Only the events already delivered are taken in, without driving the wires again: progress
@@ -160,6 +164,10 @@ void Iface::on_initiator_event(const ptl_event_t &ev) {
     Op *op = static_cast<Op *>(ev.user_ptr);
     if (!op) return;
     const ucs_status_t st = fail_status(ev.ni_fail_type);
+    if (op->type == OpType::Probe) {
+        on_probe_ack(*op->window, st);
+        return;
+    }
     if (op->type == OpType::Recovery) {
         if (op->rx_id >= 0) {  // a truncated message's body arrived
             if (RxEvent *r = rx_fifo.find(uint64_t(op->rx_id))) {
@@ -183,29 +191,16 @@ void Iface::on_initiator_event(const ptl_event_t &ev) {
         complete_op(op, st);
         return;
     }
-    if (op->type == OpType::Send || op->type == OpType::Rndv) {
-        op->acked = true;
-        // Shorter than sent on an overflow list: it met the receiver's catch-all, and the
-        // receiver fetches it from our send buffer. So does a receiver whose posted receive
-        // took a software rendezvous request.
-        op->truncated = ev.ptl_list == PTL_OVERFLOW_LIST ? ev.mlength < op->length : op->fetched_if_expected;
-        // A rendezvous completes when its data is read (on_ctl_event).
-        if (op->type == OpType::Send && (!op->truncated || op->fetched_by_peer)) complete_op(op, UCS_OK);
+    if (op->type == OpType::Rndv) {
+        op->acked = true;  // it completes when its data is read (on_ctl_event)
         return;
     }
     complete_op(op, UCS_OK);
 }
 
-// GETs of our sources by peers: a truncated send's buffer, or a rendezvous' data.
+// GETs of a rendezvous' data by its receiver (the send-buffer pool's report nothing: the
+// receiver's grant says when a fetched buffer is free).
 void Iface::on_ctl_event(const ptl_event_t &ev) {
-    if (ev.match_bits == kTxPoolBits) {
-        const size_t d = size_t(ev.remote_offset / tx_stride);
-        Op *op = d < tx_owner.size() ? tx_owner[d] : nullptr;
-        if (!op) return;
-        op->fetched_by_peer = true;
-        if (op->type == OpType::Send && op->acked) complete_op(op, UCS_OK);
-        return;
-    }
     Op *op = static_cast<Op *>(ev.user_ptr);
     if (!op || op->type != OpType::Rndv) return;
     if (op->cancelled) {
@@ -216,10 +211,19 @@ void Iface::on_ctl_event(const ptl_event_t &ev) {
 }
 
 void Iface::on_rx_event(const ptl_event_t &ev) {
+    if (ev.pt_index == ctl_pt) {
+        on_grant_event(ev);
+        return;
+    }
     rx_fifo.emplace_back();
     RxEvent &r = rx_fifo.back();
     r.ev = ev;
     r.msg = decode_msg(ev.remote_offset);
+    // Rendezvous announcements are not sent from send buffers, so they are not counted.
+    if (r.msg.kind != MsgKind::TagRndv) {
+        r.from = &peer(ev.initiator, r.msg.src_pt);
+        if (r.msg.grant) release_held(*r.from, r.msg.fetch_length);
+    }
     if (ev.pt_index == tag_pt && ev.ptl_list == PTL_PRIORITY_LIST) {
         r.unexpected = false;
         r.ctx = static_cast<uct_tag_context_t *>(ev.user_ptr);
@@ -281,6 +285,7 @@ unsigned Iface::deliver_rx() {
     while (n < kMaxDeliveries && !rx_fifo.empty() && rx_fifo.front().ready) {
         RxEvent r = rx_fifo.front();
         rx_fifo.pop_front();
+        if (r.from) processed_from(*r.from);
         deliver_one(r);
         ++n;
     }

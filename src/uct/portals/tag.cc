@@ -17,9 +17,8 @@ using namespace uct_portals;
 
 namespace {
 
-ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length,
-                        uct_completion_t *comp) {
-    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length, comp);
+ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length) {
+    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length);
 }
 
 uct_portals_rkey_t rkey_for(Iface *f, const uct_iov_t *iov, uint64_t key) {
@@ -42,7 +41,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t
     const int d = f->get_tx_desc(ep);
     if (d < 0) return UCS_ERR_NO_RESOURCE;
     if (length) std::memcpy(f->tx_desc_addr(d), data, length);
-    return eager_send(ep, tag, 0, d, length, nullptr);
+    return eager_send(ep, tag, 0, d, length);
 }
 
 extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
@@ -53,13 +52,13 @@ extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag,
     int d;
     const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, "tag_eager_bcopy");
     if (length < 0) return length;
-    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(length), nullptr);
+    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(length));
     return s == UCS_OK ? length : ssize_t(s);
 }
 
 extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
                                                        const uct_iov_t *iov, size_t iovcnt, unsigned,
-                                                       uct_completion_t *comp) {
+                                                       uct_completion_t *) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_PARAM(iovcnt <= kMaxIov, "tag_eager_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
@@ -68,8 +67,8 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     int d;
     const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len), comp);
-    return s == UCS_OK ? UCS_INPROGRESS : s;
+    // Copied into the send buffer: complete at once, like am_zcopy.
+    return eager_send(ep, tag, imm, d, size_t(len));
 }
 
 extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_tag_t tag, const void *header,
@@ -150,7 +149,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_rndv_request(uct_ep_h tl_ep, uct_tag_
     const int d = f->get_tx_desc(ep);
     if (d < 0) return UCS_ERR_NO_RESOURCE;
     if (header_length) std::memcpy(f->tx_desc_addr(d), header, header_length);
-    return put_message(ep, MsgKind::TagRndvRequest, ep->tag_pt, tag, 0, d, header_length, nullptr);
+    return put_message(ep, MsgKind::TagRndvRequest, ep->tag_pt, tag, 0, d, header_length);
 }
 
 extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, uct_tag_t tag,

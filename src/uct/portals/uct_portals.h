@@ -43,7 +43,9 @@ typedef struct uct_portals_iface_config {
     uct_iface_config_t super;
     size_t seg_size;       /* largest AM / eager message body */
     unsigned rx_descs;     /* receive descriptors on each receive portal */
-    unsigned tx_descs;     /* send buffers for short/bcopy sends awaiting their ACK */
+    unsigned tx_descs;     /* send buffers of messages the receiver has not processed yet */
+    unsigned tx_window;    /* of them, held by one peer iface at most */
+    unsigned grant_batch;  /* messages processed before the sender is told without waiting */
     unsigned tx_queue_len; /* operations in flight per iface */
     unsigned rndv_queue_len; /* rendezvous sends in flight per iface */
     unsigned tm_list_size; /* posted tagged receives */

@@ -1,0 +1,110 @@
+// Peer windows (peer_window.h): which send buffers a peer iface still needs, the grants that
+// give them back, and the flush probe that stands in for per-message acknowledgements.
+#include "iface_impl.h"
+
+#include <algorithm>
+
+using namespace uct_portals;
+
+Peer &Iface::peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
+    if (last_peer && last_peer->proc.phys.nid == proc.phys.nid && last_peer->proc.phys.pid == proc.phys.pid &&
+        last_peer->ctl_pt == peer_ctl_pt)
+        return *last_peer;
+    std::unique_ptr<Peer> &slot = peers[PeerKey{proc.phys.nid, proc.phys.pid, peer_ctl_pt}];
+    if (!slot) {
+        slot = std::make_unique<Peer>();
+        slot->proc = proc;
+        slot->ctl_pt = peer_ctl_pt;
+    }
+    last_peer = slot.get();
+    return *slot;
+}
+
+// More than is held comes only from a peer that granted an earlier iface on our portal
+// index: nothing of ours is behind it.
+void Iface::release_held(Peer &p, uint32_t count) {
+    count = std::min<uint32_t>(count, uint32_t(p.held.size()));
+    for (uint32_t i = 0; i < count; ++i) {
+        tx_free.push_back(p.held.front());
+        p.held.pop_front();
+    }
+    if (count && !p.flushing.empty()) check_flushing(p);
+}
+
+void Iface::on_grant_event(const ptl_event_t &ev) {
+    if ((ev.match_bits & ~ptl_match_bits_t(0xff)) != kGrantBits) return;
+    release_held(peer(ev.initiator, uint8_t(ev.match_bits)), uint32_t(ev.hdr_data));
+}
+
+// Counted before the message is handed to UCP, so an answer sent from the callback carries it.
+void Iface::processed_from(Peer &p) {
+    ++p.owed;
+    if (p.owed >= grant_batch) {
+        send_grant(p);
+    } else if (!p.in_owing_list) {
+        p.in_owing_list = true;
+        owing.push_back(&p);
+    }
+}
+
+void Iface::send_grant(Peer &p) {
+    const uint32_t g = std::exchange(p.owed, 0u);
+    // Zero bytes from anywhere: the send-buffer pool is a valid address in the MD.
+    const int rc = PtlPut(md, reinterpret_cast<uintptr_t>(tx_buf), 0, PTL_NO_ACK_REQ, p.proc, p.ctl_pt,
+                          kGrantBits | ctl_pt, 0, nullptr, g);
+    if (rc != PTL_OK) ucs_debug("portals: grant of %u to nid 0x%x pid %u not sent: %d", g, p.proc.phys.nid, p.proc.phys.pid, rc);
+}
+
+// For a progress call that found nothing to do.
+void Iface::send_owed_grants() {
+    for (Peer *p : owing) {
+        p->in_owing_list = false;
+        if (p->owed) send_grant(*p);
+    }
+    owing.clear();
+}
+
+// The engine executes a peer's operations in order, so the acknowledgement of a zero-byte
+// put issued after the messages says they all arrived.
+void Iface::ensure_probe(Peer &p) {
+    if (p.probe_in_flight) return;
+    p.probe_op = Op{};
+    p.probe_op.type = OpType::Probe;
+    p.probe_op.window = &p;
+    const int rc = PtlPut(md, reinterpret_cast<uintptr_t>(tx_buf), 0, PTL_ACK_REQ, p.proc, p.ctl_pt, kProbeBits,
+                          0, &p.probe_op, 0);
+    if (rc != PTL_OK) {
+        ucs_debug("portals: flush probe to nid 0x%x pid %u not sent: %d", p.proc.phys.nid, p.proc.phys.pid, rc);
+        return;  // the grants alone complete the flush
+    }
+    p.probe_in_flight = true;
+    p.probe_covers = p.sent;
+}
+
+void Iface::on_probe_ack(Peer &p, ucs_status_t status) {
+    p.probe_in_flight = false;
+    if (status != UCS_OK) {
+        for (Ep *ep : p.flushing) mark_failed(ep, status);
+    } else {
+        p.probed = std::max(p.probed, p.probe_covers);
+    }
+    check_flushing(p);
+}
+
+void Iface::watch_flush(Ep *ep) {
+    Peer &p = *ep->window;
+    if (std::find(p.flushing.begin(), p.flushing.end(), ep) == p.flushing.end()) p.flushing.push_back(ep);
+}
+
+void Iface::check_flushing(Peer &p) {
+    // complete_flushes runs callbacks, which may flush (append) or destroy eps (erase).
+    const std::vector<Ep *> eps_now = p.flushing;
+    for (Ep *ep : eps_now)
+        if (std::find(p.flushing.begin(), p.flushing.end(), ep) != p.flushing.end()) complete_flushes(ep);
+    std::erase_if(p.flushing, [](const Ep *ep) { return ep->flushes.empty(); });
+    for (const Ep *ep : p.flushing)
+        if (!messages_arrived(ep)) {
+            ensure_probe(p);
+            break;
+        }
+}
