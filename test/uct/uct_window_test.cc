@@ -131,3 +131,62 @@ TEST(UctPortalsWindow, BuffersHeldByAPeerThatDiedServeOthersAgain) {
             _exit(0);
         });
 }
+
+// A pending request may flush while others wait behind it (UCP's rendezvous by put flushes
+// from its pending callback): the flush covers what was issued before it, and refusing it
+// (UCS_ERR_NO_RESOURCE because the queue is not empty) would spin that request forever.
+TEST(UctPortalsWindow, APendingRequestMayFlushWithOthersQueuedBehindIt) {
+    run_pair(
+        [&](Channel &c) {  // receiver
+            Side s;
+            s.open();
+            Received r;
+            ASSERT_EQ(uct_iface_set_am_handler(s.iface, kAmId, record, &r, 0), UCS_OK);
+            c.send(s.address().data(), s.address().size());
+            c.expect("queued");
+            ASSERT_TRUE(s.wait([&] { return r.seqs.size() >= 3; })) << r.seqs.size();
+            for (uint64_t i = 0; i < 3; ++i) EXPECT_EQ(r.seqs[i], i);
+            c.expect("bye");
+            s.close();
+        },
+        [&](Channel &c) {  // sender
+            Side s;
+            s.open({{"TX_WINDOW", "2"}});
+            uct_ep_h ep = s.connect(c.recv());
+            ASSERT_EQ(send_numbered(ep, 0), UCS_OK);
+            ASSERT_EQ(send_numbered(ep, 1), UCS_OK);
+            ASSERT_EQ(send_numbered(ep, 2), UCS_ERR_NO_RESOURCE);
+            struct Request {
+                uct_pending_req_t req{};
+                uct_ep_h ep = nullptr;
+                Counted flushed;
+                std::vector<ucs_status_t> flush_results;
+                int sends = 0;
+            } flusher, sender;
+            flusher.ep = sender.ep = ep;
+            flusher.req.func = [](uct_pending_req_t *self) {
+                auto *r = reinterpret_cast<Request *>(self);
+                const ucs_status_t st = uct_ep_flush(r->ep, 0, &r->flushed.comp);
+                r->flush_results.push_back(st);
+                if (st == UCS_OK) ++r->flushed.done;
+                return st == UCS_INPROGRESS ? UCS_OK : st;
+            };
+            sender.req.func = [](uct_pending_req_t *self) {
+                auto *r = reinterpret_cast<Request *>(self);
+                const ucs_status_t st = send_numbered(r->ep, 2);
+                if (st == UCS_OK) ++r->sends;
+                return st;
+            };
+            ASSERT_EQ(uct_ep_pending_add(ep, &flusher.req, 0), UCS_OK);
+            ASSERT_EQ(uct_ep_pending_add(ep, &sender.req, 0), UCS_OK);
+            c.signal("queued");
+            ASSERT_TRUE(s.wait([&] { return flusher.flushed.done == 1 && sender.sends == 1; }))
+                << "flush calls " << flusher.flush_results.size() << ", sends " << sender.sends;
+            ASSERT_FALSE(flusher.flush_results.empty());
+            EXPECT_NE(flusher.flush_results.front(), UCS_ERR_NO_RESOURCE) << "the flush was refused";
+            s.flush(ep);
+            c.signal("bye");
+            uct_ep_destroy(ep);
+            s.close();
+        });
+}

@@ -102,7 +102,7 @@ extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_
 
 extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, const void *header,
                                                 unsigned header_length, const uct_iov_t *iov, size_t iovcnt,
-                                                unsigned, uct_completion_t *) {
+                                                unsigned, uct_completion_t *comp) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_AM_ID(id);
@@ -113,6 +113,6 @@ extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, cons
     int d;
     const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    // Copied into the send buffer: the source is free again, so the send is complete.
-    return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
+    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
+    return s == UCS_OK ? f->complete_copied(ep, comp) : s;
 }

@@ -3,6 +3,7 @@
 // own, by a probe behind them); pending requests run when operations complete.
 #include "iface_impl.h"
 
+#include <algorithm>
 #include <new>
 #include <utility>
 
@@ -49,6 +50,10 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     Iface *f = ep->iface;
     // Like UCX's own transports: nothing completes after the ep is gone.
     f->cancel_ops(ep);
+    // Sent: reported now, as nothing may complete once the ep is gone.
+    std::vector<uct_completion_t *> sent;
+    std::erase_if(f->copied, [&](const auto &c) { return c.first == ep && (sent.push_back(c.second), true); });
+    for (uct_completion_t *comp : sent) uct_invoke_completion(comp, UCS_OK);
     for (const Ep::FlushWait &w : ep->flushes) uct_invoke_completion(w.comp, UCS_ERR_CANCELED);
     std::erase(ep->window->flushing, ep);
     if (ep->in_pending_list) std::erase(f->pending_eps, ep);
@@ -67,9 +72,14 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
         ep->iface->complete_flushes(ep);
         return UCS_OK;
     }
-    if (!ucs_queue_is_empty(&ep->pending)) return UCS_ERR_NO_RESOURCE;
+    // Pending requests go first, except the one being dispatched: everything before it was
+    // issued, so it may flush (UCP's rendezvous by put flushes from its pending callback).
+    if (ep->blocked_by_pending()) return UCS_ERR_NO_RESOURCE;
     Iface *f = ep->iface;
-    const auto done = [&] { return ep->in_flight.empty() && f->messages_arrived(ep); };
+    const auto done = [&] {
+        return ep->in_flight.empty() && f->messages_arrived(ep) &&
+               std::none_of(f->copied.begin(), f->copied.end(), [ep](const auto &c) { return c.first == ep; });
+    };
     if (done()) return UCS_OK;
     if (!f->messages_arrived(ep)) f->ensure_probe(*ep->window);
     f->progress();

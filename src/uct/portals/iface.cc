@@ -324,7 +324,7 @@ extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, 
     if (comp) return UCS_ERR_UNSUPPORTED;
     Iface *f = iface_of(tl_iface);
     const auto done = [f] {
-        if (f->ops_in_flight) return false;
+        if (f->ops_in_flight || !f->copied.empty()) return false;
         for (const Ep *ep : f->eps)
             if (!f->messages_arrived(ep)) return false;
         return true;

@@ -258,6 +258,7 @@ struct Iface {
     std::unordered_map<PeerKey, std::unique_ptr<Peer>, PeerKeyHash> peers;
     Peer *last_peer = nullptr;  // most traffic comes from one peer at a time
     std::vector<Peer *> owing;  // peers owed a grant
+    std::vector<Peer *> flush_checks;  // peers whose grants may complete flushes
     unsigned tx_window = 0, grant_batch = 0;
     ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
     ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
@@ -325,6 +326,18 @@ struct Iface {
     }
     void send_grant(Peer &p);
     void send_owed_grants();
+    // A zcopy send gathered into a send buffer is complete, but UCX's transports report it
+    // through its completion (UCS_INPROGRESS), from the next progress: so do we.
+    std::vector<std::pair<Ep *, uct_completion_t *>> copied;
+    ucs_status_t complete_copied(Ep *ep, uct_completion_t *comp) {
+        if (!comp) return UCS_OK;
+        copied.emplace_back(ep, comp);
+        return UCS_INPROGRESS;
+    }
+    void report_copied() {
+        const auto done = std::exchange(copied, {});
+        for (const auto &[ep, comp] : done) uct_invoke_completion(comp, UCS_OK);
+    }
     // Posted, or matched or cancelled without its completion reported yet.
     template <class F>
     void for_each_op(F &&f) {

@@ -28,7 +28,8 @@ void Iface::release_held(Peer &p, uint32_t count) {
         tx_free.push_back(p.held.front());
         p.held.pop_front();
     }
-    if (count && !p.flushing.empty()) check_flushing(p);
+    // Flush completions run from progress only (this may be a receive post's drain_eq).
+    if (count && !p.flushing.empty()) flush_checks.push_back(&p);
 }
 
 void Iface::on_grant_event(const ptl_event_t &ev) {
@@ -81,10 +82,14 @@ void Iface::ensure_probe(Peer &p) {
     p.probe_covers = p.sent;
 }
 
+// A failed probe: the peer's iface is gone (closed, or its process), so every ep to it fails
+// and nothing it held will be fetched.
 void Iface::on_probe_ack(Peer &p, ucs_status_t status) {
     p.probe_in_flight = false;
     if (status != UCS_OK) {
-        for (Ep *ep : p.flushing) mark_failed(ep, status);
+        for (Ep *ep : eps)
+            if (ep->window == &p) mark_failed(ep, status);
+        release_held(p, uint32_t(p.held.size()));
     } else {
         p.probed = std::max(p.probed, p.probe_covers);
     }

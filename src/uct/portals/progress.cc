@@ -66,6 +66,12 @@ unsigned Iface::progress() {
             check_peers();
         }
     }
+    if (!copied.empty()) {
+        n += unsigned(copied.size());
+        report_copied();
+    }
+    if (!flush_checks.empty())
+        for (Peer *p : std::exchange(flush_checks, {})) check_flushing(*p);
     if (!failed_eps.empty()) report_failed_eps();
     while (!cancelled.empty()) {
         const auto [ctx, tag] = cancelled.front();
@@ -82,13 +88,20 @@ unsigned Iface::progress() {
 // rendezvous waiting for an answer), messages are sent without acknowledgement, and their
 // buffers wait for the peer's grant, like an idle connection of UCX's tcp transport: ask the
 // engine whether the peers of a few eps per round are known to be dead (their process gone,
-// their connection reset or timed out).
+// their connection reset or timed out). A peer whose process lives on may have closed its
+// iface, which drops our messages without a word: while it holds our buffers, a probe asks
+// (its failure fails the peer, on_probe_ack).
 void Iface::check_peers() {
     const size_t visits = std::min(eps.size(), kPeerChecksPerRound);
     for (size_t i = 0; i < visits; ++i) {
         if (next_ep_to_check >= eps.size()) next_ep_to_check = 0;
         Ep *ep = eps[next_ep_to_check++];
-        if (!ep->failed && PtlXPeerAlive(ni, ep->peer) == 0) fail_ep(ep, UCS_ERR_ENDPOINT_TIMEOUT);
+        if (ep->failed) continue;
+        if (PtlXPeerAlive(ni, ep->peer) == 0) {
+            fail_ep(ep, UCS_ERR_ENDPOINT_TIMEOUT);
+        } else if (!ep->window->held.empty()) {
+            ensure_probe(*ep->window);
+        }
     }
 }
 

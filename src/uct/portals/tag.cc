@@ -58,7 +58,7 @@ extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag,
 
 extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
                                                        const uct_iov_t *iov, size_t iovcnt, unsigned,
-                                                       uct_completion_t *) {
+                                                       uct_completion_t *comp) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_PARAM(iovcnt <= kMaxIov, "tag_eager_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
@@ -67,8 +67,8 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     int d;
     const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    // Copied into the send buffer: complete at once, like am_zcopy.
-    return eager_send(ep, tag, imm, d, size_t(len));
+    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len));
+    return s == UCS_OK ? f->complete_copied(ep, comp) : s;
 }
 
 extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_tag_t tag, const void *header,

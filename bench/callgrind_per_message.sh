@@ -1,0 +1,67 @@
+#!/bin/bash
+# Instructions per message of the UCT face, counted by callgrind (stable where times on this
+# noisy 2-vCPU machine are not). Each row runs ucx_perftest twice with one side under
+# `valgrind --tool=callgrind`, with N1 and N2 iterations, and prints
+# (instructions(N2) - instructions(N1)) / (N2 - N1): start-up, wire-up and warm-up cancel out.
+# All threads of the process count (the engine's progress thread too). The side under
+# callgrind runs ~50x slower, so the other one mostly waits for it and its own polling
+# barely shows in the count.
+#   bench/callgrind_per_message.sh [BUILD_DIR]     (default: _build)
+# Rows: UCT am_bw 8 B (sender, receiver), UCT am_lat 8 B (one side: a round trip per
+# iteration), UCP tag_bw 8 B (sender, receiver), UCP tag_lat 8 B.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$top/_build}
+module=$build/.libs/libuct_portals.so
+[ -f "$module" ] || { echo "callgrind_per_message: no $module (run contrib/build.sh)" >&2; exit 1; }
+command -v valgrind >/dev/null || { echo "callgrind_per_message: needs valgrind" >&2; exit 1; }
+pair=$top/contrib/perftest-pair.sh
+n1=${CG_N1:-20000}
+n2=${CG_N2:-120000}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# Total instructions of the run with ITERS iterations, SIDE (client|server) instrumented.
+count() { # LEVEL TL SIDE TEST ITERS
+  local level=$1 tl=$2 side=$3 test=$4 iters=$5
+  rm -f "$tmp"/cg.*
+  local env=(env -u UCX_TLS -u LD_PRELOAD UCX_NET_DEVICES=lo,memory PERFTEST_TIMEOUT=600)
+  [ "$tl" = portals ] && env+=(LD_PRELOAD="$module")
+  local args=(-t "$test" -s 8 -n "$iters")
+  if [ "$level" = uct ]; then
+    local dev=memory
+    case $tl in portals | tcp) dev=lo ;; esac
+    args+=(-x "$tl" -d "$dev")
+  else
+    env+=(UCX_TLS="$tl")
+  fi
+  # The prefix runs `timeout ucx_perftest`: follow into the child, one file per process.
+  local vg="valgrind --tool=callgrind -q --trace-children=yes --callgrind-out-file=$tmp/cg.%p"
+  if [ "$side" = client ]; then
+    env+=(PERFTEST_CLIENT_PREFIX="$vg")
+  else
+    env+=(PERFTEST_SERVER_PREFIX="$vg")
+  fi
+  "${env[@]}" "$pair" "${args[@]}" >/dev/null 2>"$tmp/err" || { echo "failed: $(tail -2 "$tmp/err")" >&2; return 1; }
+  # ucx_perftest is the process with the most instructions (the other is `timeout`).
+  awk '/^totals:/ {print $2}' "$tmp"/cg.* | sort -n | tail -1
+}
+
+per_message() { # LEVEL TL SIDE TEST
+  local a b
+  a=$(count "$@" "$n1") && b=$(count "$@" "$n2") || { echo n/a; return; }
+  echo $(((b - a) / (n2 - n1)))
+}
+
+printf '# instructions per message (callgrind), %s, UCX %s, iterations %d and %d\n' "$(date +%F)" \
+  "$(ucx_info -v | awk '/Version/ {print $3; exit}')" "$n1" "$n2"
+printf '%-28s %12s %12s\n' "test (side)" portals "${CG_OTHER:-posix}"
+row() { # LABEL LEVEL SIDE TEST OTHER_TL
+  printf '%-28s %12s %12s\n' "$1" "$(per_message "$2" portals "$3" "$4")" "$(per_message "$2" "$5" "$3" "$4")"
+}
+row "uct am_bw 8B (sender)" uct client am_bw "${CG_OTHER:-posix}"
+row "uct am_bw 8B (receiver)" uct server am_bw "${CG_OTHER:-posix}"
+row "uct am_lat 8B (round trip)" uct client am_lat "${CG_OTHER:-posix}"
+row "ucp tag_bw 8B (sender)" ucp client tag_bw "${CG_OTHER:-posix}"
+row "ucp tag_bw 8B (receiver)" ucp server tag_bw "${CG_OTHER:-posix}"
+row "ucp tag_lat 8B (round trip)" ucp client tag_lat "${CG_OTHER:-posix}"
