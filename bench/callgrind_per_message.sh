@@ -56,8 +56,11 @@ per_message() { # LEVEL TL SIDE TEST
 printf '# instructions per message (callgrind), %s, UCX %s, iterations %d and %d\n' "$(date +%F)" \
   "$(ucx_info -v | awk '/Version/ {print $3; exit}')" "$n1" "$n2"
 printf '%-28s %12s %12s\n' "test (side)" portals "${CG_OTHER:-posix}"
+# CG_OTHER=none leaves the comparison column out (e.g. for a second build of portals).
 row() { # LABEL LEVEL SIDE TEST OTHER_TL
-  printf '%-28s %12s %12s\n' "$1" "$(per_message "$2" portals "$3" "$4")" "$(per_message "$2" "$5" "$3" "$4")"
+  local other=n/a
+  [ "$5" != none ] && other=$(per_message "$2" "$5" "$3" "$4")
+  printf '%-28s %12s %12s\n' "$1" "$(per_message "$2" portals "$3" "$4")" "$other"
 }
 row "uct am_bw 8B (sender)" uct client am_bw "${CG_OTHER:-posix}"
 row "uct am_bw 8B (receiver)" uct server am_bw "${CG_OTHER:-posix}"

@@ -347,8 +347,13 @@ extern "C" ucs_status_t uct_portals_iface_event_fd_get(uct_iface_h tl_iface, int
     return UCS_OK;
 }
 
-extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsigned) {
+extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsigned events) {
     Iface *f = iface_of(tl_iface);
+    // A send's completion event is its arrival at the peer, as on UCX's rc: messages carry
+    // no acknowledgement, so a sleeper waiting for them gets a probe's.
+    if (events & UCT_EVENT_SEND_COMP)
+        for (Ep *ep : f->eps)
+            if (!ep->failed && !ep->window->arrived(ep->window->sent)) f->ensure_probe(*ep->window);
     uint64_t v;
     while (read(f->event_fd, &v, sizeof v) == ssize_t(sizeof v)) {
     }
@@ -356,8 +361,9 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // PTL_IN_USE), undelivered messages (even one still being fetched), completions or
     // pending requests that can run all mean the caller must progress first. Draining the
     // EQ here once completed a request inside the arm, and its waiter slept on.
-    if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() ||
-        (!f->pending_eps.empty() && f->has_tx_resources()))
+    // Copied zcopy sends complete from progress without an event to wake it.
+    if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() || !f->copied.empty() ||
+        !f->flush_checks.empty() || !f->owing.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
         return UCS_ERR_BUSY;
     const int rc = PtlXEQArm(f->eq, f->event_fd);
     if (rc == PTL_IN_USE) return UCS_ERR_BUSY;

@@ -353,7 +353,8 @@ struct Iface {
         return false;
     }
     bool window_full(const Ep *ep) const { return ep->window->held.size() >= tx_window; }
-    bool can_send(const Ep *ep) const { return !tx_free.empty() && !ep->blocked_by_pending() && !window_full(ep); }
+    // What pending_add asks: a send or an RMA operation would not fail for lack of resources.
+    bool can_send(const Ep *ep) const { return has_tx_resources() && !ep->blocked_by_pending() && !window_full(ep); }
     // Limits reported by iface_query and enforced by the sends.
     size_t max_put_short() const { return std::min(seg_size, max_volatile); }
     size_t max_am_hdr() const { return std::min<size_t>(128, seg_size / 2); }

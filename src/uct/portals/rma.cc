@@ -75,7 +75,7 @@ extern "C" ssize_t uct_portals_ep_put_bcopy(uct_ep_h tl_ep, uct_pack_callback_t 
                                             uint64_t remote_addr, uct_rkey_t rkey) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
+    if (!f->has_tx_resources() || ep->blocked_by_pending()) return UCS_ERR_NO_RESOURCE;  // not the window
     const size_t room = f->max_put_short();
     void *buf = alloca(room);
     const size_t length = pack_cb(buf, arg);
