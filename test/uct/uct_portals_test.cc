@@ -1102,9 +1102,10 @@ TEST(UctPortals, PendingRunsWhenResourcesReturn) {
             c.send(s.address().data(), s.address().size());
             // 0 and 1, then 2 sent from the pending callback, then 100 and 101.
             ASSERT_TRUE(s.wait([&] { return log.msgs.size() >= 3; }));
-            // Progress that finds nothing to do reports the messages processed (peer_window.h);
-            // then none is reported until 100 and 101 were sent.
-            for (int i = 0; i < 3; ++i) s.progress();
+            // Progress that finds nothing to do reports the messages processed once they have
+            // waited 20 us (peer_window.h); then none is reported until 100 and 101 were sent.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+            while (std::chrono::steady_clock::now() < until) s.progress();
             c.signal("reported");
             c.expect("sent more");
             ASSERT_TRUE(s.wait([&] { return log.msgs.size() >= 5; }));

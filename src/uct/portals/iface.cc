@@ -201,7 +201,7 @@ extern "C" void uct_portals_iface_cleanup(uct_portals_iface_t *uct) {
     if (!f) return;
     for (RxEvent &r : f->rx_fifo) RxPool::release_buf(r.buf);
     // Senders waiting to hear that their messages were processed (a flush) hear it now.
-    f->send_owed_grants();
+    f->send_owed_grants(true);
     release_objects(*f);
     print_tag_stats(*f);
     delete f;
@@ -361,9 +361,11 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // PTL_IN_USE), undelivered messages (even one still being fetched), completions or
     // pending requests that can run all mean the caller must progress first. Draining the
     // EQ here once completed a request inside the arm, and its waiter slept on.
+    // A sleeping receiver must not hold its senders' buffers.
+    f->send_owed_grants(true);
     // Copied zcopy sends complete from progress without an event to wake it.
     if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() || !f->copied.empty() ||
-        !f->flush_checks.empty() || !f->owing.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
+        !f->flush_checks.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
         return UCS_ERR_BUSY;
     const int rc = PtlXEQArm(f->eq, f->event_fd);
     if (rc == PTL_IN_USE) return UCS_ERR_BUSY;

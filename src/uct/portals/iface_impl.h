@@ -157,6 +157,7 @@ struct Peer {
     std::vector<Ep *> flushing;  // eps with flushes waiting for messages to this peer
     // Receiving from it: messages processed and not yet reported.
     uint32_t owed = 0;
+    ucs_time_t owed_since = 0;  // when the oldest of them was processed
     bool in_owing_list = false;
     bool arrived(uint64_t mark) const { return sent - held.size() >= mark || probed >= mark; }
 };
@@ -325,7 +326,11 @@ struct Iface {
         return uint16_t(g);
     }
     void send_grant(Peer &p);
-    void send_owed_grants();
+    // Grants owed for at least kIdleGrantDelay (all: every one), for a progress call that found
+    // nothing to do. A receiver that keeps up with its sender is idle between most messages:
+    // granting at once there would cost a grant per message, as many as acknowledgements.
+    static constexpr double kIdleGrantDelayUs = 20;
+    void send_owed_grants(bool all);
     // A zcopy send gathered into a send buffer is complete, but UCX's transports report it
     // through its completion (UCS_INPROGRESS), from the next progress: so do we.
     std::vector<std::pair<Ep *, uct_completion_t *>> copied;

@@ -2,6 +2,10 @@
 // give them back, and the flush probe that stands in for per-message acknowledgements.
 #include "iface_impl.h"
 
+extern "C" {
+#include <ucs/time/time.h>
+}
+
 #include <algorithm>
 
 using namespace uct_portals;
@@ -39,7 +43,7 @@ void Iface::on_grant_event(const ptl_event_t &ev) {
 
 // Counted before the message is handed to UCP, so an answer sent from the callback carries it.
 void Iface::processed_from(Peer &p) {
-    ++p.owed;
+    if (p.owed++ == 0) p.owed_since = ucs_get_time();
     if (p.owed >= grant_batch) {
         send_grant(p);
     } else if (!p.in_owing_list) {
@@ -56,13 +60,14 @@ void Iface::send_grant(Peer &p) {
     if (rc != PTL_OK) ucs_debug("portals: grant of %u to nid 0x%x pid %u not sent: %d", g, p.proc.phys.nid, p.proc.phys.pid, rc);
 }
 
-// For a progress call that found nothing to do.
-void Iface::send_owed_grants() {
-    for (Peer *p : owing) {
-        p->in_owing_list = false;
+void Iface::send_owed_grants(bool all) {
+    const ucs_time_t due = ucs_get_time() - ucs_time_from_usec(kIdleGrantDelayUs);
+    std::erase_if(owing, [&](Peer *p) {
+        if (p->owed && !all && p->owed_since > due) return false;
         if (p->owed) send_grant(*p);
-    }
-    owing.clear();
+        p->in_owing_list = false;
+        return true;
+    });
 }
 
 // The engine executes a peer's operations in order, so the acknowledgement of a zero-byte

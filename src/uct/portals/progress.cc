@@ -57,7 +57,7 @@ unsigned Iface::progress() {
     if (n == 0 && rx_fifo.empty()) {
         am_rx.repost_when_idle();
         tag_rx.repost_when_idle();
-        if (!owing.empty()) send_owed_grants();
+        if (!owing.empty()) send_owed_grants(false);
     }
     if (!eps.empty()) {
         const ucs_time_t now = ucs_get_time();
