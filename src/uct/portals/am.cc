@@ -114,5 +114,5 @@ extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, cons
     const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
     const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
-    return s == UCS_OK ? f->complete_copied(ep, comp) : s;
+    return s == UCS_OK ? f->complete_on_arrival(ep, comp) : s;
 }

@@ -50,10 +50,10 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     Iface *f = ep->iface;
     // Like UCX's own transports: nothing completes after the ep is gone.
     f->cancel_ops(ep);
-    // Sent: reported now, as nothing may complete once the ep is gone.
-    std::vector<uct_completion_t *> sent;
-    std::erase_if(f->copied, [&](const auto &c) { return c.first == ep && (sent.push_back(c.second), true); });
-    for (uct_completion_t *comp : sent) uct_invoke_completion(comp, UCS_OK);
+    std::vector<uct_completion_t *> cancelled;
+    std::erase_if(f->zcopy_sends,
+                  [&](const Iface::ZcopySend &z) { return z.ep == ep && (cancelled.push_back(z.comp), true); });
+    for (uct_completion_t *comp : cancelled) uct_invoke_completion(comp, UCS_ERR_CANCELED);
     for (const Ep::FlushWait &w : ep->flushes) uct_invoke_completion(w.comp, UCS_ERR_CANCELED);
     std::erase(ep->window->flushing, ep);
     if (ep->in_pending_list) std::erase(f->pending_eps, ep);
@@ -78,7 +78,8 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
     Iface *f = ep->iface;
     const auto done = [&] {
         return ep->in_flight.empty() && f->messages_arrived(ep) &&
-               std::none_of(f->copied.begin(), f->copied.end(), [ep](const auto &c) { return c.first == ep; });
+               std::none_of(f->zcopy_sends.begin(), f->zcopy_sends.end(),
+                            [ep](const Iface::ZcopySend &z) { return z.ep == ep; });
     };
     if (done()) return UCS_OK;
     if (!f->messages_arrived(ep)) f->ensure_probe(*ep->window);

@@ -324,7 +324,7 @@ extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, 
     if (comp) return UCS_ERR_UNSUPPORTED;
     Iface *f = iface_of(tl_iface);
     const auto done = [f] {
-        if (f->ops_in_flight || !f->copied.empty()) return false;
+        if (f->ops_in_flight || !f->zcopy_sends.empty()) return false;
         for (const Ep *ep : f->eps)
             if (!f->messages_arrived(ep)) return false;
         return true;
@@ -363,8 +363,8 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // EQ here once completed a request inside the arm, and its waiter slept on.
     // A sleeping receiver must not hold its senders' buffers.
     f->send_owed_grants(true);
-    // Copied zcopy sends complete from progress without an event to wake it.
-    if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() || !f->copied.empty() ||
+    // zcopy sends known to have arrived complete from progress, without an event to wake it.
+    if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() || f->zcopy_check_due ||
         !f->flush_checks.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))
         return UCS_ERR_BUSY;
     const int rc = PtlXEQArm(f->eq, f->event_fd);
@@ -496,6 +496,8 @@ void Iface::report_failed_eps() {
 void Iface::mark_failed(Ep *ep, ucs_status_t status) {
     if (ep->failed) return;
     ep->failed = true;
+    ep->failure = status;
+    if (!zcopy_sends.empty()) zcopy_check_due = true;
     failed_eps.emplace_back(ep, status);
 }
 

@@ -193,6 +193,7 @@ struct Ep {
     // An operation failed (peer process gone, its iface closed, access refused): the error
     // handler is told once, and a cancelling flush then drops what is still in flight.
     bool failed = false;
+    ucs_status_t failure = UCS_OK;
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
     Peer *window = nullptr;  // the peer iface's state (iface-owned), shared with other eps to it
@@ -331,18 +332,22 @@ struct Iface {
     // granting at once there would cost a grant per message, as many as acknowledgements.
     static constexpr double kIdleGrantDelayUs = 20;
     void send_owed_grants(bool all);
-    // A zcopy send gathered into a send buffer is complete, but UCX's transports report it
-    // through its completion (UCS_INPROGRESS), from the next progress: so do we.
-    std::vector<std::pair<Ep *, uct_completion_t *>> copied;
-    ucs_status_t complete_copied(Ep *ep, uct_completion_t *comp) {
+    // A zcopy AM or eager send is gathered into a send buffer, yet completes as on UCX's rc:
+    // once the message is known to have arrived (reported processed, or a probe after it came
+    // back), or fails with its ep (UCP expects a zcopy send to a failed peer to fail).
+    struct ZcopySend {
+        Ep *ep;
+        uct_completion_t *comp;
+        uint64_t mark;  // the peer's message count with this message
+    };
+    std::deque<ZcopySend> zcopy_sends;
+    bool zcopy_check_due = false;  // arrivals or failures since the last report
+    ucs_status_t complete_on_arrival(Ep *ep, uct_completion_t *comp) {
         if (!comp) return UCS_OK;
-        copied.emplace_back(ep, comp);
+        zcopy_sends.push_back({ep, comp, ep->sent_mark});
         return UCS_INPROGRESS;
     }
-    void report_copied() {
-        const auto done = std::exchange(copied, {});
-        for (const auto &[ep, comp] : done) uct_invoke_completion(comp, UCS_OK);
-    }
+    void report_zcopy_sends();  // from progress
     // Posted, or matched or cancelled without its completion reported yet.
     template <class F>
     void for_each_op(F &&f) {

@@ -32,8 +32,10 @@ void Iface::release_held(Peer &p, uint32_t count) {
         tx_free.push_back(p.held.front());
         p.held.pop_front();
     }
-    // Flush completions run from progress only (this may be a receive post's drain_eq).
+    // Flush and zcopy completions run from progress only (this may be a receive post's
+    // drain_eq).
     if (count && !p.flushing.empty()) flush_checks.push_back(&p);
+    if (count && !zcopy_sends.empty()) zcopy_check_due = true;
 }
 
 void Iface::on_grant_event(const ptl_event_t &ev) {
@@ -98,7 +100,24 @@ void Iface::on_probe_ack(Peer &p, ucs_status_t status) {
     } else {
         p.probed = std::max(p.probed, p.probe_covers);
     }
+    if (!zcopy_sends.empty()) zcopy_check_due = true;
     check_flushing(p);
+}
+
+void Iface::report_zcopy_sends() {
+    zcopy_check_due = false;
+    std::vector<std::pair<uct_completion_t *, ucs_status_t>> done;
+    std::erase_if(zcopy_sends, [&](const ZcopySend &z) {
+        if (z.ep->failed) {
+            done.emplace_back(z.comp, z.ep->failure);
+        } else if (z.ep->window->arrived(z.mark)) {
+            done.emplace_back(z.comp, UCS_OK);
+        } else {
+            return false;
+        }
+        return true;
+    });
+    for (const auto &[comp, status] : done) uct_invoke_completion(comp, status);
 }
 
 void Iface::watch_flush(Ep *ep) {

@@ -66,10 +66,7 @@ unsigned Iface::progress() {
             check_peers();
         }
     }
-    if (!copied.empty()) {
-        n += unsigned(copied.size());
-        report_copied();
-    }
+    if (zcopy_check_due) report_zcopy_sends();
     if (!flush_checks.empty())
         for (Peer *p : std::exchange(flush_checks, {})) check_flushing(*p);
     if (!failed_eps.empty()) report_failed_eps();

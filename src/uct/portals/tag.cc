@@ -68,7 +68,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
     const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len));
-    return s == UCS_OK ? f->complete_copied(ep, comp) : s;
+    return s == UCS_OK ? f->complete_on_arrival(ep, comp) : s;
 }
 
 extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_tag_t tag, const void *header,
