@@ -9,7 +9,8 @@
 // buffers one peer holds. A flush completes when the messages before it were reported
 // processed or an acknowledged probe put after them came back (the engine executes a peer's
 // operations in order); the report alone suffices, so a peer that has processed everything
-// and closed its iface (which drops the probe) does not hang the flush.
+// and closed its iface (which drops the probe) does not hang the flush. A zcopy send, though
+// gathered into a send buffer, completes the same way (or fails with its ep), as on rc.
 #pragma once
 
 extern "C" {
