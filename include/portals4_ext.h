@@ -58,6 +58,10 @@ int PtlXEQTake(ptl_handle_eq_t eq, ptl_event_t *event);
  * handle, a NULL `events` or `max` 0; PTL_NO_INIT. */
 int PtlXEQTakeMany(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken);
 
+/* PtlXProgress followed by PtlXEQTakeMany, under one lock: a poll loop's whole step. Returns
+ * what PtlXEQTakeMany would (PTL_ARG_INVALID without running the engine). */
+int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken);
+
 #ifdef __cplusplus
 }
 #endif

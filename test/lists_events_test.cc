@@ -98,6 +98,7 @@ LISTS_WITH(ListsEqGrowsToFour, "PTL_EQ_GROW_MAX", "4");
 LISTS_WITH(ListsStrictFlowControl, "PTL_FLOWCTRL_GRACE_MS", "0");
 LISTS_WITH(ListsLongGrace, "PTL_FLOWCTRL_GRACE_MS", "60000");
 LISTS_WITH(ListsShortGrace, "PTL_FLOWCTRL_GRACE_MS", "50");
+LISTS_WITH(ListsManualProgress, "PTL_PROGRESS", "manual");
 
 TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
     char a[16] = {}, b[16] = {}, ov[64] = {};
@@ -673,6 +674,30 @@ TEST_F(Lists, EQTakeManyReturnsBatchesInOrder) {
     EXPECT_EQ(PtlXEQTakeMany(eq, evs, 0, &taken), PTL_ARG_INVALID);
     EXPECT_EQ(PtlXEQTakeMany(eq, nullptr, 3, &taken), PTL_ARG_INVALID);
     EXPECT_EQ(PtlXEQTakeMany(PTL_INVALID_HANDLE, evs, 3, &taken), PTL_ARG_INVALID);
+}
+
+// PtlXProgressEQ (portals4_ext.h) runs the engine and takes what that posted, in one call:
+// without a progress thread nothing else delivers the puts to ourselves.
+TEST_F(ListsManualProgress, ProgressEQDeliversAndTakesInOneCall) {
+    ptl_handle_eq_t eq;
+    ptl_pt_index_t pt;
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(8, &eq, &pt));
+    for (int i = 0; i < 3; ++i)
+        ASSERT_EQ(PtlPut(md_, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, ptl_hdr_data_t(i)), PTL_OK);
+    ptl_event_t evs[8];
+    unsigned taken = 99;
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 8, &taken), PTL_EQ_EMPTY);  // not delivered yet
+    ASSERT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_OK);
+    ASSERT_EQ(taken, 3u);
+    for (uint64_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(evs[i].type, PTL_EVENT_PUT);
+        EXPECT_EQ(evs[i].hdr_data, i);
+    }
+    EXPECT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_EQ_EMPTY);
+    EXPECT_EQ(taken, 0u);
+    EXPECT_EQ(PtlXProgressEQ(eq, evs, 0, &taken), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXProgressEQ(eq, nullptr, 8, &taken), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXProgressEQ(PTL_INVALID_HANDLE, evs, 8, &taken), PTL_ARG_INVALID);
 }
 
 // An overflow is reported once, with the batch whose first event follows the lost ones (EQ1).

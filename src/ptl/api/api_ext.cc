@@ -39,6 +39,12 @@ PTL_API int PtlXEQTakeMany(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max
     return engine().eq_take(eq, events, max, taken);
 }
 
+PTL_API int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken) {
+    if (taken) *taken = 0;
+    REQUIRE_INIT();
+    return engine().app_progress_take(eq, events, max, taken);
+}
+
 PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
     REQUIRE_INIT();
     return engine().peer_alive(ni, peer);

@@ -892,6 +892,21 @@ int Engine::progress() {
 }
 
 int Engine::app_progress() {
+    Lock lk(mu_);
+    return app_progress_locked();
+}
+
+// One lock for a poll and the events it produced: a UCT progress call made two round trips
+// through the engine lock (and two handle checks) for what is one step to its caller.
+int Engine::app_progress_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max, unsigned *taken) {
+    Lock lk(mu_);
+    Eq *e = eq_of(h);
+    if (!e || !evs || max == 0) return PTL_ARG_INVALID;
+    app_progress_locked();
+    return take_events(e, evs, max, taken);
+}
+
+int Engine::app_progress_locked() {
     // The progress thread stays out of the way only of an application that polls
     // continuously; one that calls in now and then (a server checking its socket every
     // millisecond) must not hold up the peers it serves. What tells them apart is the time
@@ -901,7 +916,6 @@ int Engine::app_progress() {
     // polling. Sampled every kAppSampleCalls calls (the clock costs as much as a poll): the
     // call before a sampled one notes when it returned.
     constexpr uint32_t kAppSampleCalls = 16;
-    Lock lk(mu_);
     const uint32_t turn = ++app_calls_ % kAppSampleCalls;
     if (turn == 0) {
         const uint64_t t = monotonic_ns();
@@ -930,6 +944,10 @@ int Engine::eq_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max, unsigned 
     Lock lk(mu_);
     Eq *e = eq_of(h);
     if (!e || !evs || max == 0) return PTL_ARG_INVALID;
+    return take_events(e, evs, max, taken);
+}
+
+int Engine::take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken) {
     unsigned n = 0;
     int rc = PTL_EQ_EMPTY;
     // A blocked PtlEQWait has priority, as in eq_get. Only the first event taken can follow
@@ -966,7 +984,7 @@ int Engine::progress_locked(uint64_t now_ns) {
     const uint64_t t = now_ns ? (coarse_now_ns_ = std::max(coarse_now_ns_, now_ns)) : coarse_now();
     int work = 0;
     if (!held_.empty()) work += replay_held(t);
-    work += loop_->progress(deliver_);
+    if (loop_->pending()) work += loop_->progress(deliver_);
     work += shm_->progress(deliver_);
     if (tcp_) {
         work += tcp_->progress(tcp_deliver_, t);
@@ -978,7 +996,7 @@ int Engine::progress_locked(uint64_t now_ns) {
         if (const uint64_t bad = verbs_->take_malformed()) count_malformed(bad);
     }
 #endif
-    if (!in_triggers_) run_triggers();
+    run_triggers();
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
         last_liveness_check_ns_ = t;
         check_dead_peers();

@@ -107,6 +107,8 @@ public:
     int eq_arm(ptl_handle_eq_t, int fd);
     int eq_grow(ptl_handle_eq_t, ptl_size_t count);
     int eq_take(ptl_handle_eq_t, ptl_event_t *evs, unsigned max, unsigned *taken);
+    // app_progress() and eq_take() under one lock.
+    int app_progress_take(ptl_handle_eq_t, ptl_event_t *evs, unsigned max, unsigned *taken);
     int nid_reachable(ptl_handle_ni_t, ptl_nid_t);
     int set_notify_drops(ptl_handle_ni_t ni, bool enable);
     int peer_alive(ptl_handle_ni_t ni, ptl_process_t peer);
@@ -132,6 +134,8 @@ private:
     void close_physical();
     // now_ns: the caller's fresh clock reading, or 0 to use the coarse clock (coarse_now).
     int progress_locked(uint64_t now_ns = 0);
+    int app_progress_locked();
+    int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
     uint64_t coarse_now();
     void handle_message(const InMessage &m);
     void process_message(const InMessage &m);
@@ -152,7 +156,11 @@ private:
     void post_event(Eq *eq, const ptl_event_t &ev);
     void ct_add(Ct *ct, bool success, uint64_t amount);
     void ct_changed(Ct *ct);
-    void run_triggers();
+    // Fires what the changed CTs reached; inline because nearly every call finds none.
+    void run_triggers() {
+        if (!changed_cts_.empty() && !in_triggers_) fire_triggers();
+    }
+    void fire_triggers();
 
     // initiator side
     struct CheckedOp {

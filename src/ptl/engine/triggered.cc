@@ -33,8 +33,7 @@ int Engine::triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t thre
     return PTL_OK;
 }
 
-void Engine::run_triggers() {
-    if (in_triggers_) return;
+void Engine::fire_triggers() {
     in_triggers_ = true;
     while (!changed_cts_.empty()) {
         Ct *c = changed_cts_.back();

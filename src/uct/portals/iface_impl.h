@@ -391,6 +391,8 @@ struct Iface {
     void deliver_one(RxEvent &r);
     void deliver_expected(RxEvent &r);
     void drain_eq(bool run_completions = true);
+    // Records a take of `taken` events into eq_batch; false if there is nothing to handle.
+    bool took_batch(int rc, unsigned taken);
     void handle_event(const ptl_event_t &ev);
     // A tagged message a receive for (tag, mask) would take, that met no posted receive and
     // was not reported to UCP yet.

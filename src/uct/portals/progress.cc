@@ -51,8 +51,16 @@ extern "C" unsigned uct_portals_iface_progress(uct_iface_h tl_iface) {
 }
 
 unsigned Iface::progress() {
-    PtlXProgress();
-    drain_eq();
+    if (eq_batch_pos == eq_batch_len && deferred.empty()) {
+        // Nothing taken is waiting: the engine's poll and the first batch of its events in one
+        // call (one lock), and a batch that comes back short needs no second look.
+        unsigned taken = 0;
+        const int rc = PtlXProgressEQ(eq, eq_batch, kEqBatch, &taken);
+        if (took_batch(rc, taken)) drain_eq();
+    } else {
+        PtlXProgress();
+        drain_eq();
+    }
     unsigned n = deliver_rx();
     if (n == 0 && rx_fifo.empty()) {
         am_rx.repost_when_idle();
@@ -147,16 +155,21 @@ void Iface::drain_eq(bool run_completions) {
         }
         unsigned taken = 0;
         const int rc = PtlXEQTakeMany(eq, eq_batch, kEqBatch, &taken);
-        eq_batch_len = taken;
-        eq_batch_pos = 0;
-        if (rc == PTL_EQ_EMPTY) return;
-        if (rc == PTL_EQ_DROPPED) {
-            ucs_error("portals: event queue overflow on iface %p: events were lost", uct);
-        } else if (rc != PTL_OK) {
-            ucs_error("portals: PtlXEQTakeMany failed: %d", rc);
-            return;
-        }
+        if (!took_batch(rc, taken)) return;
     }
+}
+
+bool Iface::took_batch(int rc, unsigned taken) {
+    eq_batch_len = taken;
+    eq_batch_pos = 0;
+    if (rc == PTL_EQ_EMPTY) return false;
+    if (rc == PTL_EQ_DROPPED) {
+        ucs_error("portals: event queue overflow on iface %p: events were lost", uct);
+    } else if (rc != PTL_OK) {
+        ucs_error("portals: taking events failed: %d", rc);
+        return false;
+    }
+    return true;
 }
 
 void Iface::handle_event(const ptl_event_t &ev) {

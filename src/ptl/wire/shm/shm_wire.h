@@ -67,6 +67,7 @@ private:
     size_t len_ = 0;
     Ring rx_;
     std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
+    Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     int backlog_peers_ = 0;
 };
 
