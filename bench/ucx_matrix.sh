@@ -69,6 +69,7 @@ row() { # LEVEL LABEL METRIC TEST SIZE ITERS [LAYOUTS...]
   local v
   for v in "${values[@]}"; do printf " %10s" "$v"; done
   local ours=${values[0]} i
+  last_portals=$ours
   for ((i = 1; i < ${#values[@]}; i++)); do
     awk -v a="$ours" -v b="${values[$i]}" -v m="$metric" 'BEGIN {
       if (a == "n/a" || b == "n/a" || a + 0 == 0 || b + 0 == 0) { printf " %8s", "-"; exit }
@@ -96,6 +97,7 @@ echo "## UCT (ucx_perftest -x TL; portals/tcp on lo, posix/sysv/cma on memory)"
 header uct
 row uct "am_lat 8B (us)" lat am_lat 8 20000
 row uct "am_bw 8B (Mmsg/s)" rate am_bw 8 500000
+uct_am_rate=$last_portals
 row uct "am_bw 64KiB bcopy (MB/s)" bw am_bw 65536 20000 bcopy zcopy
 row uct "put_lat 8B (us)" lat put_lat 8 20000
 row uct "put_bw 8B (Mmsg/s)" rate put_bw 8 500000
@@ -117,3 +119,16 @@ row ucp "tag_bw 1MiB (MB/s)" bw tag_bw 1048576 2000
 row ucp "ucp_put_lat 8B (us)" lat ucp_put_lat 8 20000
 row ucp "ucp_get 8B (us)" lat ucp_get 8 20000
 row ucp "ucp_add 8B (us)" lat ucp_add 8 20000
+
+# The engine alone, in the same run: what the UCT face's message rate is held against.
+echo
+echo "## The engine alone (libportals4: ptlrun -n 2 bench/ptl_pingpong, 8 B puts, CT-counted)"
+engine_rate=n/a
+if [ -x "$build/ptlrun" ] && [ -x "$build/bench/ptl_pingpong" ]; then
+  engine_rate=$("$build/ptlrun" -n 2 --timeout 300 "$build/bench/ptl_pingpong" --iters $((20000 / scale)) \
+    --max-size 8 2>/dev/null | awk '$1 == "msg_rate_8B_Mmsgs" {print $2; found=1} END {if (!found) print "n/a"}')
+fi
+printf "%-26s %10s\n" "libportals4 put 8B (Mmsg/s)" "$engine_rate"
+awk -v a="$uct_am_rate" -v b="$engine_rate" 'BEGIN {
+  r = (a == "n/a" || b == "n/a" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b)
+  printf "%-26s %10s\n", "UCT am_bw 8B / libportals4", r }'

@@ -276,6 +276,54 @@ TEST_F(Lists, L12_T13_UnlinkOverflowEntryWithHeadersIsInUse_L11_AutoFreeAfterDra
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
 }
 
+// PTLX_ME_SLOTS (portals4_ext.h): a locally managed ME whose messages each start a slot of
+// min_free bytes, taking whole slots (an empty message one), and which unlinks once less than a
+// slot is left; with PTL_ME_NO_TRUNCATE a message longer than what is left passes it by.
+TEST_F(Lists, SlotsGiveEachMessageWholeSlotsOfItsOwn) {
+    char ov[64], spill[64];
+    ptl_me_t me = me_desc(ov, sizeof ov,
+                          PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE |
+                              PTL_ME_EVENT_LINK_DISABLE,
+                          0, ~0ull);
+    me.min_free = 16;
+    append(pt_, me, PTL_PRIORITY_LIST, (void *)1);
+    const ptl_me_t spill_me = me_desc(spill, sizeof spill, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull);
+    ptl_handle_me_t spill_h = append(pt_, spill_me, PTL_PRIORITY_LIST, (void *)2);
+    ASSERT_EQ(put(5, 0), PTL_OK);   // slot 0
+    ASSERT_EQ(put(0, 0), PTL_OK);   // slot 1: empty, still a slot
+    ASSERT_EQ(put(20, 0), PTL_OK);  // slots 2 and 3
+    ASSERT_EQ(put(1, 0), PTL_OK);   // nothing left: the spill ME
+    const ptl_size_t at[] = {0, 16, 32};
+    const ptl_size_t len[] = {5, 0, 20};
+    for (int i = 0; i < 3; ++i) {
+        ptl_event_t ev = next_event(eq_);
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
+        EXPECT_EQ(ev.start, (void *)(ov + at[i])) << i;
+        EXPECT_EQ(ev.mlength, len[i]) << i;
+        EXPECT_EQ(ev.user_ptr, (void *)1) << i;
+    }
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);  // 64 - 64 < 16
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)2);
+    EXPECT_EQ(std::memcmp(ov + 32, src_, 20), 0);
+
+    // NO_TRUNCATE: 50 bytes do not fit the 48 left after one slot; the next 8 still land in slot 1.
+    ASSERT_EQ(PtlMEUnlink(spill_h), PTL_OK);
+    append(pt_, me, PTL_PRIORITY_LIST, (void *)3);
+    append(pt_, spill_me, PTL_PRIORITY_LIST, (void *)2);
+    ASSERT_EQ(put(1, 0), PTL_OK);
+    ASSERT_EQ(put(50, 0), PTL_OK);
+    ASSERT_EQ(put(8, 0), PTL_OK);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.user_ptr, (void *)3);
+    EXPECT_EQ(ev.start, (void *)ov);
+    EXPECT_EQ(next_event(eq_).user_ptr, (void *)2);
+    ev = next_event(eq_);
+    EXPECT_EQ(ev.user_ptr, (void *)3);
+    EXPECT_EQ(ev.start, (void *)(ov + 16));
+}
+
 TEST_F(Lists, S3_S6_S7_T11_PersistentSearchOnlyEndsWithNoMatch) {
     char ov[64];
     ptl_handle_ct_t ct;

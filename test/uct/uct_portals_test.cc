@@ -201,6 +201,64 @@ TEST(UctPortals, KeptActiveMessageDescriptorsStayValidUntilReleased) {
         });
 }
 
+// Receive descriptors are slots of slabs (rx_pool.h): a descriptor the handler keeps holds
+// back its slab, not the traffic, and stays intact while hundreds of messages pass; messages
+// longer than the receiver's descriptors (a sender configured with larger segments) arrive
+// whole, spanning slots or fetched, never cut to a descriptor (PTLX_ME_SLOTS with
+// PTL_ME_NO_TRUNCATE).
+TEST(UctPortals, SlabDescriptorsKeepOneAndTakeLongerMessagesWhole) {
+    constexpr int kCount = 300;
+    auto length_of = [](int i) { return size_t(i * 37 % 3000) + 1; };
+    run_pair(
+        [&](Channel &c) {
+            Side s;
+            s.open({{"RX_DESCS", "32"}, {"SEG_SIZE", "1024"}});  // 8 slabs of 4
+            AmLog log;
+            log.keep = true;
+            ASSERT_EQ(uct_iface_set_am_handler(
+                          s.iface, kAmId,
+                          [](void *arg, void *data, size_t length, unsigned flags) {
+                              auto *l = static_cast<AmLog *>(arg);
+                              const ucs_status_t st = am_handler(arg, data, length, flags);
+                              l->keep = false;  // only the first one is kept
+                              return st;
+                          },
+                          &log, 0),
+                      UCS_OK);
+            c.send(s.address().data(), s.address().size());
+            ASSERT_TRUE(s.wait([&] { return log.msgs.size() == kCount; })) << log.msgs.size();
+            ASSERT_EQ(log.kept.size(), 1u);
+            EXPECT_EQ(first_mismatch(static_cast<char *>(log.kept[0]), length_of(0), 0u), length_of(0))
+                << "the kept descriptor was overwritten";
+            for (int i = 0; i < kCount; ++i) {
+                const std::vector<char> &m = log.msgs[size_t(i)];
+                ASSERT_EQ(m.size(), length_of(i)) << "message " << i;
+                EXPECT_EQ(first_mismatch(m.data(), m.size(), unsigned(i)), m.size()) << "message " << i;
+            }
+            uct_iface_release_desc(static_cast<char *>(log.kept[0]) - kRxHeadroom);
+            c.signal("done");
+            s.close();
+        },
+        [&](Channel &c) {
+            Side s;
+            s.open();
+            ASSERT_GE(s.attr.cap.am.max_bcopy, length_of(kCount - 1));
+            uct_ep_h ep = s.connect(c.recv());
+            std::vector<char> buf(3000);
+            for (int i = 0; i < kCount; ++i) {
+                fill(buf.data(), length_of(i), unsigned(i));
+                PackArg a{buf.data(), length_of(i)};
+                ssize_t n;
+                while ((n = uct_ep_am_bcopy(ep, kAmId, pack, &a, 0)) == UCS_ERR_NO_RESOURCE) s.progress();
+                ASSERT_EQ(n, ssize_t(length_of(i))) << i;
+            }
+            c.expect("done");
+            s.flush(ep);
+            uct_ep_destroy(ep);
+            s.close();
+        });
+}
+
 namespace {
 
 // The remote side of RMA tests: a registered buffer, its address and packed rkey.

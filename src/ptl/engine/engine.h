@@ -6,6 +6,7 @@
 #pragma once
 
 #include <portals4.h>
+#include <portals4_ext.h>
 
 #include <atomic>
 #include <cstdint>

@@ -17,8 +17,8 @@ constexpr unsigned kLeOptions =
     PTL_LE_EVENT_FLOWCTRL_DISABLE | PTL_LE_EVENT_SUCCESS_DISABLE | PTL_LE_EVENT_OVER_DISABLE |
     PTL_LE_EVENT_UNLINK_DISABLE | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_CT_OVERFLOW | PTL_LE_EVENT_CT_BYTES |
     (1u << 19) /* pre-4.3 ACK_DISABLE, accepted and ignored */;
-constexpr unsigned kMeOptions =
-    kLeOptions | PTL_ME_MANAGE_LOCAL | PTL_ME_NO_TRUNCATE | PTL_ME_MAY_ALIGN | PTL_ME_LOCAL_INC_UH_RLENGTH;
+constexpr unsigned kMeOptions = kLeOptions | PTL_ME_MANAGE_LOCAL | PTL_ME_NO_TRUNCATE | PTL_ME_MAY_ALIGN |
+                                PTL_ME_LOCAL_INC_UH_RLENGTH | PTLX_ME_SLOTS;
 
 // Validates an LE/ME description and fills a detached Entry (not yet in any table or list).
 int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entry &e) {

@@ -352,7 +352,15 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     }
     const ptl_ni_fail_t fail = (ok || mlength == 0) ? PTL_NI_OK : PTL_NI_SEGV;  // B6
     if (fail != PTL_NI_OK) out.clear();
-    if (local) e->local_offset += mlength;  // I-list 25
+    if (local) {
+        if ((e->opts() & PTLX_ME_SLOTS) && e->desc.min_free) {
+            // Whole slots, at least one: each message starts a slot of its own.
+            const ptl_size_t slot = e->desc.min_free;
+            e->local_offset += std::max<ptl_size_t>(1, (mlength + slot - 1) / slot) * slot;
+        } else {
+            e->local_offset += mlength;  // I-list 25
+        }
+    }
 
     // The comm event, on the entry that received the message (C7).
     ptl_event_t ev{};

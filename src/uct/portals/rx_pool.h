@@ -1,16 +1,19 @@
-// Receive descriptors of one receive portal. Each descriptor is a use-once ME on the overflow
-// list holding one message, with UCT's rx_headroom in front so a callback may keep it
-// (UCT_CB_PARAM_FLAG_DESC) and release it later with uct_iface_release_desc. Behind the
-// descriptors sits a zero-length catch-all ME: a message that finds no free descriptor is
-// truncated there instead of dropped, and fetched from its sender. Released descriptors go
-// back in batches, followed by a fresh catch-all before the old one is unlinked, so the list
-// always ends with a catch-all and descriptors are never stranded behind it. The re-post is
-// left for a progress call that finds nothing to do (repost_when_idle), off a ping-pong's
-// critical path, unless the pool runs low.
+// Receive descriptors of one receive portal. Each descriptor holds one message, with UCT's
+// rx_headroom in front so a callback may keep it (UCT_CB_PARAM_FLAG_DESC) and release it later
+// with uct_iface_release_desc. Descriptors are grouped in slabs; a slab is one locally managed
+// ME on the overflow list whose slots are the descriptors (PTLX_ME_SLOTS): each message starts a
+// descriptor of its own, and the ME unlinks by itself once its last slot is taken. A slab goes
+// back (one PtlMEAppend for all its descriptors) once every descriptor in it was released.
+// Behind the slabs sits a zero-length catch-all ME: a message that finds no free descriptor is
+// truncated there instead of dropped, and fetched from its sender. Slabs go back followed by a
+// fresh catch-all before the old one is unlinked, so the list always ends with a catch-all and
+// descriptors are never stranded behind it. The re-post is left for a progress call that finds
+// nothing to do (repost_when_idle), off a ping-pong's critical path, unless the pool runs low.
 #pragma once
 
 extern "C" {
 #include <portals4.h>
+#include <portals4_ext.h>
 #include <uct/api/uct.h>
 }
 
@@ -55,13 +58,13 @@ public:
     bool owns(const void *user_ptr) const {
         return user_ptr >= buf_ && user_ptr < buf_ + size_t(count_) * stride_;
     }
-    // The descriptor a PUT event landed in (the ME's user_ptr is its element).
+    // The descriptor a PUT event landed in (the ME's user_ptr is its slab's first element).
     RecvBuf take(const ptl_event_t &ev);
     // The descriptor may be reused; re-posts at once only when the pool runs low.
     void release(int index);
-    // For a progress call that found nothing to do: re-posts a batch of released descriptors.
+    // For a progress call that found nothing to do: re-posts the slabs released meanwhile.
     void repost_when_idle() {
-        if (freed_.size() >= idle_batch_) repost();
+        if (!freed_.empty()) repost();
     }
     unsigned posted() const { return posted_; }
     // A heap buffer with the same layout, for a message fetched from its sender.
@@ -82,13 +85,19 @@ private:
     };
     ReleaseDesc release_desc_{}, release_fetched_{};
     BufLayout layout_;
+    // A slab: `slab_` descriptors in one ME. `taken` slots were consumed since it was posted,
+    // `unreleased` are not back yet (consumed and kept, or not consumed).
+    struct Slab {
+        ptl_handle_me_t me = PTL_INVALID_HANDLE;
+        unsigned taken = 0, unreleased = 0;
+    };
     ptl_handle_ni_t ni_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
-    unsigned count_ = 0, posted_ = 0, batch_ = 1, idle_batch_ = 1;
+    unsigned count_ = 0, slab_ = 1, posted_ = 0, batch_ = 1;
     size_t seg_size_ = 0, stride_ = 0;
     char *buf_ = nullptr;
-    std::vector<ptl_handle_me_t> mes_;
-    std::vector<int> freed_;
+    std::vector<Slab> slabs_;
+    std::vector<unsigned> freed_;  // slabs ready to go back
     ptl_handle_me_t catch_all_ = PTL_INVALID_HANDLE;
 };
 
