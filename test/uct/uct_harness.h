@@ -23,10 +23,29 @@
 
 extern "C" {
 #include <ucs/async/async_fwd.h>
+#include <ucs/debug/log_def.h>
 #include <uct/api/uct.h>
 }
 
+#include <cstdarg>
+#include <cstdio>
+
 namespace uct_test {
+
+// Closing must be clean, as UCX's own gtest demands: a warning while closing (an ME left on a
+// portal, a portal not freed) fails the test.
+inline ucs_log_func_rc_t fail_on_warning(const char *file, unsigned line, const char *, ucs_log_level_t level,
+                                         const ucs_log_component_config_t *, const char *fmt, va_list ap) {
+    if (level <= UCS_LOG_LEVEL_WARN) {
+        char msg[512];
+        va_list copy;
+        va_copy(copy, ap);
+        vsnprintf(msg, sizeof msg, fmt, copy);
+        va_end(copy);
+        ADD_FAILURE() << "while closing: " << file << ":" << line << ": " << msg;
+    }
+    return UCS_LOG_FUNC_RC_CONTINUE;
+}
 
 inline void load_component() {
     static bool loaded = false;
@@ -199,10 +218,12 @@ struct Side {
     ~Side() { close(); }
 
     void close() {
+        ucs_log_push_handler(fail_on_warning);
         if (iface) uct_iface_close(iface);
         if (worker) uct_worker_destroy(worker);
         if (async) ucs_async_context_destroy(async);
         if (md) uct_md_close(md);
+        ucs_log_pop_handler();
         iface = nullptr;
         worker = nullptr;
         async = nullptr;

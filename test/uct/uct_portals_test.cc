@@ -201,18 +201,18 @@ TEST(UctPortals, KeptActiveMessageDescriptorsStayValidUntilReleased) {
         });
 }
 
-// Receive descriptors are slots of slabs (rx_pool.h): a descriptor the handler keeps holds
-// back its slab, not the traffic, and stays intact while hundreds of messages pass; messages
+// Receive descriptors are slots of MEs over runs of them (rx_pool.h): a descriptor the handler
+// keeps splits the runs around it and stays intact while hundreds of messages pass; messages
 // longer than the receiver's descriptors (a sender configured with larger segments) arrive
 // whole, spanning slots or fetched, never cut to a descriptor (PTLX_ME_SLOTS with
 // PTL_ME_NO_TRUNCATE).
-TEST(UctPortals, SlabDescriptorsKeepOneAndTakeLongerMessagesWhole) {
+TEST(UctPortals, RunsOfDescriptorsKeepOneAndTakeLongerMessagesWhole) {
     constexpr int kCount = 300;
     auto length_of = [](int i) { return size_t(i * 37 % 3000) + 1; };
     run_pair(
         [&](Channel &c) {
             Side s;
-            s.open({{"RX_DESCS", "32"}, {"SEG_SIZE", "1024"}});  // 8 slabs of 4
+            s.open({{"RX_DESCS", "32"}, {"SEG_SIZE", "1024"}});
             AmLog log;
             log.keep = true;
             ASSERT_EQ(uct_iface_set_am_handler(

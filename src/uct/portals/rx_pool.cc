@@ -22,9 +22,8 @@ void set_release(char *body, unsigned headroom, uct_recv_desc_t *release) {
     *reinterpret_cast<uct_recv_desc_t **>(body - headroom - kDescPtr) = release;
 }
 
-// Slabs of at most this many descriptors: one append per slab, and a slab returns only
-// when all its descriptors did (a kept one holds back the others).
-constexpr unsigned kMaxSlab = 16;
+// Descriptors per ME at most: one append serves this many messages.
+constexpr unsigned kMaxRun = 16;
 
 }  // namespace
 
@@ -38,15 +37,14 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
                  const BufLayout &layout, const char *name) {
     ni_ = ni;
     pt_ = pt;
-    count = count ? count : 1;
-    slab_ = std::clamp(count / 8, 1u, kMaxSlab);
-    const unsigned slabs = (count + slab_ - 1) / slab_;
-    count_ = slabs * slab_;
+    count_ = count ? count : 1;
     seg_size_ = seg_size;
     layout_ = layout;
     const size_t align = std::max<size_t>(layout.align, 64);
     stride_ = (layout.lead + seg_size + align - 1) / align * align;
-    batch_ = std::max(count_ / 8, slab_);
+    batch_ = count_ / 8 ? count_ / 8 : 1;
+    // Each re-post also swaps the catch-all (two more list operations): idle ones gather a run.
+    idle_batch_ = std::min(batch_, kMaxRun);
     if (posix_memalign(reinterpret_cast<void **>(&buf_), align, stride_ * count_)) {
         ucs_error("portals: cannot allocate %u %s receive descriptors of %zu bytes", count_, name, stride_);
         return PTL_NO_SPACE;
@@ -56,45 +54,61 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     release_fetched_.super.cb = release_fetched_cb;
     release_fetched_.pool = this;
     for (unsigned i = 0; i < count_; ++i) set_release(body(int(i)), layout_.headroom, &release_desc_.super);
-    slabs_.assign(slabs, Slab{});
-    for (unsigned s = 0; s < slabs; ++s) freed_.push_back(s);
+    slots_.assign(count_, Slot::Free);
+    runs_.assign(count_, Run{});
+    for (unsigned k = count_; k-- > 0;) spare_runs_.push_back(k);
+    free_ = count_;
     return repost();
 }
 
 void RxPool::cleanup() {
-    for (Slab &s : slabs_)
-        if (s.me != PTL_INVALID_HANDLE) PtlMEUnlink(s.me);
+    for (Run &r : runs_)
+        if (r.me != PTL_INVALID_HANDLE) PtlMEUnlink(r.me);
     if (catch_all_ != PTL_INVALID_HANDLE) PtlMEUnlink(catch_all_);
     catch_all_ = PTL_INVALID_HANDLE;
-    slabs_.clear();
-    freed_.clear();
+    runs_.clear();
+    spare_runs_.clear();
+    slots_.clear();
     std::free(buf_);
     buf_ = nullptr;
 }
 
-// Appends every freed slab, then a new catch-all, then unlinks the old catch-all: the list
-// stays [slabs..., catch-all] at every instant a message may arrive. A slab's ME starts at its
-// first body: slot k is body k, and the headroom of each body is in the slot before it, which
-// its message never reaches (seg_size); one that does (a peer configured with larger
-// segments) spans slots and is still delivered whole.
-int RxPool::repost() {
-    for (unsigned s : freed_) {
-        const int first = int(s * slab_);
-        ptl_me_t me = make_me(body(first), size_t(slab_) * stride_,
-                              PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE, 0,
-                              ~ptl_match_bits_t(0));
-        me.min_free = stride_;
-        Slab &slab = slabs_[s];
-        int rc = PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, element(first), &slab.me);
-        if (rc != PTL_OK) {
-            ucs_error("portals: PtlMEAppend of a receive slab failed: %d", rc);
-            return rc;
-        }
-        slab.taken = 0;
-        slab.unreleased = slab_;
-        posted_ += slab_;
+// A run's ME starts at its first body: slot k is body first + k, and the headroom of each body
+// is in the slot before it, which that slot's message never reaches (seg_size; a longer one is
+// copied out at once, take).
+int RxPool::post_run(unsigned first, unsigned len) {
+    ptl_me_t me = make_me(body(int(first)), size_t(len) * stride_,
+                          PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE, 0,
+                          ~ptl_match_bits_t(0));
+    me.min_free = stride_;
+    Run &r = runs_[spare_runs_.back()];
+    const int rc = PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, &r, &r.me);
+    if (rc != PTL_OK) {
+        ucs_error("portals: PtlMEAppend of %u receive descriptors failed: %d", len, rc);
+        return rc;
     }
-    freed_.clear();
+    spare_runs_.pop_back();
+    r.len = len;
+    r.taken = 0;
+    for (unsigned i = first; i < first + len; ++i) slots_[i] = Slot::Posted;
+    posted_ += len;
+    free_ -= len;
+    return PTL_OK;
+}
+
+// Appends every run of free descriptors, then a new catch-all, then unlinks the old
+// catch-all: the list stays [runs..., catch-all] at every instant a message may arrive.
+int RxPool::repost() {
+    for (unsigned i = 0; i < count_ && free_ > 0;) {
+        if (slots_[i] != Slot::Free) {
+            ++i;
+            continue;
+        }
+        unsigned len = 1;
+        while (len < kMaxRun && i + len < count_ && slots_[i + len] == Slot::Free) ++len;
+        if (int rc = post_run(i, len); rc != PTL_OK) return rc;
+        i += len;
+    }
     ptl_me_t ca = make_me(nullptr, 0, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~ptl_match_bits_t(0));
     ptl_handle_me_t old = catch_all_;
     int rc = PtlMEAppend(ni_, pt_, &ca, PTL_OVERFLOW_LIST, this, &catch_all_);
@@ -107,42 +121,48 @@ int RxPool::repost() {
 }
 
 RecvBuf RxPool::take(const ptl_event_t &ev) {
-    const int i = int((static_cast<char *>(ev.start) - buf_) / ptrdiff_t(stride_));
-    Slab &slab = slabs_[size_t(i) / slab_];
+    const unsigned i = unsigned((static_cast<char *>(ev.start) - buf_) / ptrdiff_t(stride_));
     // The slots it took (the engine's rule); the ones after the first are free again at once.
     const unsigned slots = unsigned(std::max<size_t>(1, (ev.mlength + stride_ - 1) / stride_));
-    slab.taken += slots;
+    Run &r = *static_cast<Run *>(ev.user_ptr);
+    r.taken += slots;
+    if (r.taken >= r.len) {  // it unlinked itself
+        r.me = PTL_INVALID_HANDLE;
+        spare_runs_.push_back(unsigned(&r - runs_.data()));
+    }
     posted_ -= slots;
-    if (slab.taken >= slab_) slab.me = PTL_INVALID_HANDLE;  // it unlinked itself
+    for (unsigned k = i + 1; k < i + slots && k < count_; ++k) slots_[k] = Slot::Free;
+    free_ += slots - 1;
     if (ev.mlength > seg_size_) {
         // Longer than a descriptor (a sender with larger segments): it covers the headroom of
         // the slot after it, which that slot's message and its handler write. Copied out now,
-        // before they do, and all its slots are free again.
+        // before they do.
         RecvBuf b = alloc_fetched(ev.mlength);
         if (b.data) {
             std::memcpy(b.data, ev.start, ev.mlength);
-            if ((slab.unreleased -= slots) == 0) freed_.push_back(unsigned(i) / slab_);
+            slots_[i] = Slot::Free;
+            ++free_;
             return b;
         }
         ucs_error("portals: no memory to copy a %zu-byte message out of its receive slots",
                   size_t(ev.mlength));
     }
-    slab.unreleased -= slots - 1;
+    slots_[i] = Slot::Held;
     // The slot's release pointer may be where a longer message before it was.
-    set_release(body(i), layout_.headroom, &release_desc_.super);
+    set_release(body(int(i)), layout_.headroom, &release_desc_.super);
     RecvBuf b;
-    b.data = body(i);
+    b.data = body(int(i));
     b.length = ev.mlength;
     b.headroom = layout_.headroom;
     b.pool = this;
-    b.index = i;
+    b.index = int(i);
     return b;
 }
 
 void RxPool::release(int index) {
-    const unsigned s = unsigned(index) / slab_;
-    if (--slabs_[s].unreleased == 0) freed_.push_back(s);
-    if (posted_ < batch_ && !freed_.empty()) repost();
+    slots_[size_t(index)] = Slot::Free;
+    ++free_;
+    if (posted_ < batch_) repost();
 }
 
 void RxPool::release_desc_cb(uct_recv_desc_t *self, void *desc) {

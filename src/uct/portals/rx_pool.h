@@ -1,12 +1,13 @@
 // Receive descriptors of one receive portal. Each descriptor holds one message, with UCT's
 // rx_headroom in front so a callback may keep it (UCT_CB_PARAM_FLAG_DESC) and release it later
-// with uct_iface_release_desc. Descriptors are grouped in slabs; a slab is one locally managed
-// ME on the overflow list whose slots are the descriptors (PTLX_ME_SLOTS): each message starts a
-// descriptor of its own, and the ME unlinks by itself once its last slot is taken. A slab goes
-// back (one PtlMEAppend for all its descriptors) once every descriptor in it was released.
-// Behind the slabs sits a zero-length catch-all ME: a message that finds no free descriptor is
-// truncated there instead of dropped, and fetched from its sender. Slabs go back followed by a
-// fresh catch-all before the old one is unlinked, so the list always ends with a catch-all and
+// with uct_iface_release_desc. Free descriptors next to each other go to the engine together,
+// up to 16 at a time, as one locally managed ME on the overflow list whose slots they are
+// (PTLX_ME_SLOTS): each message starts a descriptor of its own, and the ME unlinks by itself
+// once its last slot is taken, so there is one PtlMEAppend per run of descriptors rather
+// than per message. A descriptor a handler keeps only splits the runs around it. Behind the
+// runs sits a zero-length catch-all ME: a message that finds no free descriptor is truncated
+// there instead of dropped, and fetched from its sender. Runs go back followed by a fresh
+// catch-all before the old one is unlinked, so the list always ends with a catch-all and
 // descriptors are never stranded behind it. The re-post is left for a progress call that finds
 // nothing to do (repost_when_idle), off a ping-pong's critical path, unless the pool runs low.
 #pragma once
@@ -55,16 +56,14 @@ public:
 
     // Classifies an event's user_ptr.
     bool is_catch_all(const void *user_ptr) const { return user_ptr == this; }
-    bool owns(const void *user_ptr) const {
-        return user_ptr >= buf_ && user_ptr < buf_ + size_t(count_) * stride_;
-    }
-    // The descriptor a PUT event landed in (the ME's user_ptr is its slab's first element).
+    // The descriptor a PUT event landed in (the ME's user_ptr is its Run).
     RecvBuf take(const ptl_event_t &ev);
     // The descriptor may be reused; re-posts at once only when the pool runs low.
     void release(int index);
-    // For a progress call that found nothing to do: re-posts the slabs released meanwhile.
+    // For a progress call that found nothing to do: re-posts what was released meanwhile,
+    // once there is a run's worth.
     void repost_when_idle() {
-        if (!freed_.empty()) repost();
+        if (free_ >= idle_batch_) repost();
     }
     unsigned posted() const { return posted_; }
     // A heap buffer with the same layout, for a message fetched from its sender.
@@ -85,19 +84,24 @@ private:
     };
     ReleaseDesc release_desc_{}, release_fetched_{};
     BufLayout layout_;
-    // A slab: `slab_` descriptors in one ME. `taken` slots were consumed since it was posted,
-    // `unreleased` are not back yet (consumed and kept, or not consumed).
-    struct Slab {
+    enum class Slot : uint8_t { Free, Posted, Held };
+    // An ME over descriptors [first, first + len): `taken` of its slots were consumed; it
+    // unlinks itself when all were. A record per ME, not per first descriptor: a run may start
+    // where one still linked began (its first message was released before the rest came).
+    struct Run {
         ptl_handle_me_t me = PTL_INVALID_HANDLE;
-        unsigned taken = 0, unreleased = 0;
+        unsigned len = 0, taken = 0;
     };
+    int post_run(unsigned first, unsigned len);
+
     ptl_handle_ni_t ni_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
-    unsigned count_ = 0, slab_ = 1, posted_ = 0, batch_ = 1;
+    unsigned count_ = 0, posted_ = 0, free_ = 0, batch_ = 1, idle_batch_ = 1;
     size_t seg_size_ = 0, stride_ = 0;
     char *buf_ = nullptr;
-    std::vector<Slab> slabs_;
-    std::vector<unsigned> freed_;  // slabs ready to go back
+    std::vector<Slot> slots_;
+    std::vector<Run> runs_;             // count_ records: never more MEs than descriptors
+    std::vector<unsigned> spare_runs_;  // records of no ME
     ptl_handle_me_t catch_all_ = PTL_INVALID_HANDLE;
 };
 
