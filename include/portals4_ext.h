@@ -18,8 +18,10 @@ int PtlXProgress(void);
 /* An ME option (with PTL_ME_MANAGE_LOCAL and a non-zero min_free): the ME is a row of slots of
  * min_free bytes, and each message takes whole slots of its own, at least one: the local
  * offset advances to the slot boundary after it, so the next message starts a slot. The ME
- * unlinks, as min_free says, once less than a slot is left. Receive buffers that need room
- * before each message (UCT's rx_headroom) can so share one ME instead of an ME each. */
+ * unlinks once no slot can start (the local offset reached its length); the last slot may be
+ * shorter than the others. Receive buffers that need room before each message (UCT's
+ * rx_headroom) can so share one ME instead of an ME each, and a message that does not fit
+ * what is left (PTL_ME_NO_TRUNCATE) never reaches past the ME. */
 #define PTLX_ME_SLOTS (1u << 30)
 
 /* Arms a one-shot wake-up: the next event posted to `eq` writes an 8-byte 1 to `fd` (an

@@ -310,8 +310,8 @@ TEST_F(Lists, SlotsGiveEachMessageWholeSlotsOfItsOwn) {
 
     // NO_TRUNCATE: 50 bytes do not fit the 48 left after one slot; the next 8 still land in slot 1.
     ASSERT_EQ(PtlMEUnlink(spill_h), PTL_OK);
-    append(pt_, me, PTL_PRIORITY_LIST, (void *)3);
-    append(pt_, spill_me, PTL_PRIORITY_LIST, (void *)2);
+    const ptl_handle_me_t h3 = append(pt_, me, PTL_PRIORITY_LIST, (void *)3);
+    spill_h = append(pt_, spill_me, PTL_PRIORITY_LIST, (void *)2);
     ASSERT_EQ(put(1, 0), PTL_OK);
     ASSERT_EQ(put(50, 0), PTL_OK);
     ASSERT_EQ(put(8, 0), PTL_OK);
@@ -322,6 +322,22 @@ TEST_F(Lists, SlotsGiveEachMessageWholeSlotsOfItsOwn) {
     ev = next_event(eq_);
     EXPECT_EQ(ev.user_ptr, (void *)3);
     EXPECT_EQ(ev.start, (void *)(ov + 16));
+
+    // The last slot may be short: 40 bytes are slots at 0, 16 and 32 (8 bytes), and the ME
+    // unlinks only once no slot can start.
+    ASSERT_EQ(PtlMEUnlink(h3), PTL_OK);  // two of its slots are left
+    ASSERT_EQ(PtlMEUnlink(spill_h), PTL_OK);
+    me.length = 40;
+    append(pt_, me, PTL_PRIORITY_LIST, (void *)4);
+    append(pt_, spill_me, PTL_PRIORITY_LIST, (void *)2);
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(put(i == 2 ? 8 : 1, 0), PTL_OK);
+    for (int i = 0; i < 3; ++i) {
+        ev = next_event(eq_);
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
+        EXPECT_EQ(ev.user_ptr, (void *)4) << i;
+        EXPECT_EQ(ev.start, (void *)(ov + 16 * i)) << i;
+    }
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
 }
 
 TEST_F(Lists, S3_S6_S7_T11_PersistentSearchOnlyEndsWithNoMatch) {

@@ -202,47 +202,53 @@ TEST(UctPortals, KeptActiveMessageDescriptorsStayValidUntilReleased) {
 }
 
 // Receive descriptors are slots of MEs over runs of them (rx_pool.h): a descriptor the handler
-// keeps splits the runs around it and stays intact while hundreds of messages pass; messages
-// longer than the receiver's descriptors (a sender configured with larger segments) arrive
-// whole, spanning slots or fetched, never cut to a descriptor (PTLX_ME_SLOTS with
-// PTL_ME_NO_TRUNCATE).
+// keeps splits the runs around it and stays intact, its headroom too, while hundreds of messages
+// pass; messages longer than the receiver's descriptors (a sender configured with larger
+// segments) arrive whole, spanning slots or fetched, never cut to a descriptor and never into
+// the kept one's headroom (PTLX_ME_SLOTS with PTL_ME_NO_TRUNCATE, runs ending where the next
+// descriptor's headroom begins).
 TEST(UctPortals, RunsOfDescriptorsKeepOneAndTakeLongerMessagesWhole) {
     constexpr int kCount = 300;
-    auto length_of = [](int i) { return size_t(i * 37 % 3000) + 1; };
+    // Every third is just longer than a descriptor's body but shorter than its slot.
+    auto length_of = [](int i) { return i % 3 == 0 ? size_t(1070) : size_t(i * 37 % 3000) + 1; };
     run_pair(
         [&](Channel &c) {
             Side s;
             s.open({{"RX_DESCS", "32"}, {"SEG_SIZE", "1024"}});
             AmLog log;
-            log.keep = true;
             ASSERT_EQ(uct_iface_set_am_handler(
                           s.iface, kAmId,
                           [](void *arg, void *data, size_t length, unsigned flags) {
                               auto *l = static_cast<AmLog *>(arg);
-                              const ucs_status_t st = am_handler(arg, data, length, flags);
-                              l->keep = false;  // only the first one is kept
-                              return st;
+                              l->keep = l->msgs.size() == 1 && (flags & UCT_CB_PARAM_FLAG_DESC);
+                              if (l->keep)
+                                  std::memset(static_cast<char *>(data) - kRxHeadroom, 0xa5, kRxHeadroom);
+                              return am_handler(arg, data, length, flags);  // keeps the second
                           },
                           &log, 0),
                       UCS_OK);
             c.send(s.address().data(), s.address().size());
             ASSERT_TRUE(s.wait([&] { return log.msgs.size() == kCount; })) << log.msgs.size();
             ASSERT_EQ(log.kept.size(), 1u);
-            EXPECT_EQ(first_mismatch(static_cast<char *>(log.kept[0]), length_of(0), 0u), length_of(0))
+            char *kept = static_cast<char *>(log.kept[0]);
+            EXPECT_EQ(first_mismatch(kept, length_of(1), 1u), length_of(1))
                 << "the kept descriptor was overwritten";
+            const char *headroom = kept - kRxHeadroom;
+            for (size_t k = 0; k < kRxHeadroom; ++k)
+                ASSERT_EQ(uint8_t(headroom[k]), 0xa5) << "the kept descriptor's headroom was overwritten";
             for (int i = 0; i < kCount; ++i) {
                 const std::vector<char> &m = log.msgs[size_t(i)];
                 ASSERT_EQ(m.size(), length_of(i)) << "message " << i;
                 EXPECT_EQ(first_mismatch(m.data(), m.size(), unsigned(i)), m.size()) << "message " << i;
             }
-            uct_iface_release_desc(static_cast<char *>(log.kept[0]) - kRxHeadroom);
+            uct_iface_release_desc(kept - kRxHeadroom);
             c.signal("done");
             s.close();
         },
         [&](Channel &c) {
             Side s;
             s.open();
-            ASSERT_GE(s.attr.cap.am.max_bcopy, length_of(kCount - 1));
+            ASSERT_GE(s.attr.cap.am.max_bcopy, size_t(3000));
             uct_ep_h ep = s.connect(c.recv());
             std::vector<char> buf(3000);
             for (int i = 0; i < kCount; ++i) {

@@ -408,10 +408,13 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         ++n->unexpected;
     }
 
-    // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets.
+    // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;
+    // slots (PTLX_ME_SLOTS) last while another slot can start, however short the last one.
+    const bool slotted = (e->opts() & PTLX_ME_SLOTS) && e->desc.min_free;
     if ((e->opts() & PTL_ME_USE_ONCE) ||
         (local && e->desc.min_free &&
-         e->region.length - std::min(e->local_offset, e->region.length) < e->desc.min_free))
+         (slotted ? e->local_offset >= e->region.length
+                  : e->region.length - std::min(e->local_offset, e->region.length) < e->desc.min_free)))
         auto_unlink(n, pt, e);
 
     if (reply) {

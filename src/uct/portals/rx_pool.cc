@@ -74,10 +74,11 @@ void RxPool::cleanup() {
 }
 
 // A run's ME starts at its first body: slot k is body first + k, and the headroom of each body
-// is in the slot before it, which that slot's message never reaches (seg_size; a longer one is
-// copied out at once, take).
+// is in the slot before it. A message longer than seg_size may reach into it within the run
+// (it is copied out at once, take), never past the run: the ME ends where the headroom of the
+// descriptor after it begins (that one may be kept by a handler meanwhile).
 int RxPool::post_run(unsigned first, unsigned len) {
-    ptl_me_t me = make_me(body(int(first)), size_t(len) * stride_,
+    ptl_me_t me = make_me(body(int(first)), size_t(len) * stride_ - layout_.lead,
                           PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE, 0,
                           ~ptl_match_bits_t(0));
     me.min_free = stride_;
@@ -144,15 +145,17 @@ RecvBuf RxPool::take(const ptl_event_t &ev) {
             ++free_;
             return b;
         }
-        ucs_error("portals: no memory to copy a %zu-byte message out of its receive slots",
-                  size_t(ev.mlength));
+        // Delivered cut to a descriptor: the slots after it are free and may be rewritten.
+        ucs_error(
+            "portals: no memory to copy a %zu-byte message out of its receive slots; delivering %zu bytes",
+            size_t(ev.mlength), seg_size_);
     }
     slots_[i] = Slot::Held;
     // The slot's release pointer may be where a longer message before it was.
     set_release(body(int(i)), layout_.headroom, &release_desc_.super);
     RecvBuf b;
     b.data = body(int(i));
-    b.length = ev.mlength;
+    b.length = std::min<size_t>(ev.mlength, seg_size_);
     b.headroom = layout_.headroom;
     b.pool = this;
     b.index = int(i);
