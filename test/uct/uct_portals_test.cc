@@ -66,6 +66,18 @@ TEST(UctPortals, AdvertisesWhatUcpNeedsForTagOffload) {
     s.close();
 }
 
+// UCX_PORTALS_TM_ENABLE=n leaves tag matching to UCP: no tag capability, the rest intact.
+TEST(UctPortals, TagOffloadCanBeConfiguredOff) {
+    Side s;
+    s.open({{"TM_ENABLE", "n"}});
+    const uint64_t tag_flags = UCT_IFACE_FLAG_TAG_EAGER_SHORT | UCT_IFACE_FLAG_TAG_EAGER_BCOPY |
+                               UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY;
+    EXPECT_EQ(s.attr.cap.flags & tag_flags, 0u);
+    const uint64_t am = UCT_IFACE_FLAG_AM_SHORT | UCT_IFACE_FLAG_AM_BCOPY | UCT_IFACE_FLAG_AM_ZCOPY;
+    EXPECT_EQ(s.attr.cap.flags & am, am);
+    s.close();
+}
+
 // Active messages of every size and send flavour arrive intact and in order; the receiver
 // has only 4 descriptors and does not progress until everything is sent, so most messages
 // meet the catch-all and are fetched from the sender (rx_pool.h) - still in order.

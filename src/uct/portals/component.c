@@ -65,6 +65,12 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      "above (which the receiver's answers may need); each holds two match entries.",
      ucs_offsetof(uct_portals_iface_config_t, rndv_queue_len), UCS_CONFIG_TYPE_UINT},
 
+    {"TM_ENABLE", "y",
+     "Tag matching by the Portals engine's priority and overflow lists (UCT tag offload).\n"
+     "With n, the iface offers no tag operations and UCP matches tags in software over\n"
+     "active messages, as on UCX's rc_x with RC_TM_ENABLE=n.",
+     ucs_offsetof(uct_portals_iface_config_t, tm_enable), UCS_CONFIG_TYPE_BOOL},
+
     {"TM_LIST_SIZE", "1024",
      "Tagged receives that can be posted at once (uct_iface_tag_recv_zcopy).",
      ucs_offsetof(uct_portals_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},

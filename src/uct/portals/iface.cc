@@ -106,10 +106,10 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->uct = uct;
     f->ni = pmd->ni;
     f->seg_size = seg_size;
-    // Tag offload unless the opener lists its features without UCT_IFACE_FEATURE_TAG (UCP
-    // without UCP_FEATURE_TAG).
-    f->tag_offload =
-        !(params->field_mask & UCT_IFACE_PARAM_FIELD_FEATURES) || (params->features & UCT_IFACE_FEATURE_TAG);
+    // Tag offload unless configured off or the opener lists its features without
+    // UCT_IFACE_FEATURE_TAG (UCP without UCP_FEATURE_TAG).
+    f->tag_offload = cfg->tm_enable && (!(params->field_mask & UCT_IFACE_PARAM_FIELD_FEATURES) ||
+                                        (params->features & UCT_IFACE_FEATURE_TAG));
     f->rndv_max_hdr =
         std::min({cfg->rndv_max_hdr, f->seg_size - std::min(f->seg_size, sizeof(RndvInfo)), kMaxRndvHeader});
     f->tm_list_size = cfg->tm_list_size;

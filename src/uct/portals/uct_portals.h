@@ -48,6 +48,7 @@ typedef struct uct_portals_iface_config {
     unsigned grant_batch;  /* messages processed before the sender is told without waiting */
     unsigned tx_queue_len; /* operations in flight per iface */
     unsigned rndv_queue_len; /* rendezvous sends in flight per iface */
+    int tm_enable;         /* tag offload by the engine's match lists */
     unsigned tm_list_size; /* posted tagged receives */
     size_t max_zcopy;      /* largest zcopy AM / eager tag send */
     size_t rndv_max_hdr;   /* user header of a rendezvous */
