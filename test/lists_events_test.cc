@@ -764,6 +764,29 @@ TEST_F(ListsManualProgress, ProgressEQDeliversAndTakesInOneCall) {
     EXPECT_EQ(PtlXProgressEQ(PTL_INVALID_HANDLE, evs, 8, &taken), PTL_ARG_INVALID);
 }
 
+// Idle polls of an EQ skip the engine lock once this thread has seen it empty; a put that
+// arrives after such polls is still delivered by the next one, and a freed EQ is refused
+// (PTL_ARG_INVALID, never PTL_EQ_EMPTY). Each step repeats: two polls in sixteen take the
+// lock anyway.
+TEST_F(ListsManualProgress, IdlePollsWithoutTheLockMissNothing) {
+    ptl_handle_eq_t eq;
+    ptl_pt_index_t pt;
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(8, &eq, &pt));
+    // No SEND event: one would move the event count and send the next poll to the lock.
+    const ptl_handle_md_t md = bind(src_, sizeof src_, PTL_MD_EVENT_SEND_DISABLE);
+    ptl_event_t evs[8];
+    unsigned taken = 99;
+    for (int round = 0; round < 20; ++round) {
+        for (int i = 0; i < 5; ++i) ASSERT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_EQ_EMPTY);
+        ASSERT_EQ(PtlPut(md, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, ptl_hdr_data_t(round)), PTL_OK);
+        ASSERT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_OK) << "round " << round;
+        ASSERT_EQ(taken, 1u);
+        EXPECT_EQ(evs[0].hdr_data, ptl_hdr_data_t(round));
+    }
+    ASSERT_EQ(PtlEQFree(eq), PTL_OK);  // still attached to the PT: its events are dropped
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_ARG_INVALID) << i;
+}
+
 // An overflow is reported once, with the batch whose first event follows the lost ones (EQ1).
 TEST_F(ListsNoEqGrowth, EQ1_TakeManyReportsOverflowOnce) {
     ptl_handle_eq_t eq;

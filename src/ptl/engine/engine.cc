@@ -261,6 +261,7 @@ void Engine::close_physical() {
     progress_thread_.reset();  // joins; must not hold mu_
     Lock lk(mu_);
     if (!phys_open_) return;
+    quiet_.store(false, std::memory_order_release);  // lock-free polls must not touch the wires
     loop_.reset();
 #ifdef PTL_HAVE_VERBS
     verbs_.reset();  // sends through tcp_, wakes through shm_
@@ -404,6 +405,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     Ni *n = ni_of(h);
     if (!n) return PTL_ARG_INVALID;
     if (--n->refs > 0) return PTL_OK;
+    event_seq_.fetch_add(1, std::memory_order_release);  // its EQs are gone (app_progress_take)
     nis_[n->index] = nullptr;
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
@@ -645,6 +647,7 @@ int Engine::eq_free(ptl_handle_eq_t h) {
         lk.lock();
         if (!(e = eq_of(h))) return PTL_ARG_INVALID;
     }
+    event_seq_.fetch_add(1, std::memory_order_release);  // lock-free polls of it must look again
     // The user should have detached it (§3.13.6); if not, events for it are dropped rather
     // than written into freed memory.
     for (Pt &pt : e->ni->pts)
@@ -896,14 +899,50 @@ int Engine::app_progress() {
     return app_progress_locked();
 }
 
+namespace {
+
+// app_progress_locked samples the clock on one call in kAppSampleCalls; the call before notes
+// when it returned.
+constexpr uint32_t kAppSampleCalls = 16;
+
+// What this thread's last locked poll left: `eq` empty when the engine's event_seq_ was `seq`
+// (every event, CT change, EQ free and NI fini moves it).
+struct EmptyPoll {
+    ptl_handle_eq_t eq = PTL_INVALID_HANDLE;
+    uint32_t seq = 0;
+};
+thread_local EmptyPoll last_empty_poll;
+
+}  // namespace
+
 // One lock for a poll and the events it produced: a UCT progress call made two round trips
 // through the engine lock (and two handle checks) for what is one step to its caller.
+// A poll that can find nothing takes no lock at all: its EQ was empty when this thread last
+// looked, no event was posted since, the shm ring holds no message, and nothing else waits for
+// a progress (quiet_). Idle polls are most of a sender's calls and all of a waiting receiver's;
+// the lock, the handle lookup and the walk over the wires were ~500 instructions each. The
+// sampled calls still take the lock, so the clock samples, liveness checks and rationed tcp
+// accepts keep their pace.
 int Engine::app_progress_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max, unsigned *taken) {
+    const uint32_t calls = app_calls_.load(std::memory_order_relaxed) + 1;
+    const uint32_t turn = calls % kAppSampleCalls;
+    if (turn != 0 && turn != kAppSampleCalls - 1 && h == last_empty_poll.eq && evs && max &&
+        quiet_.load(std::memory_order_acquire) &&
+        last_empty_poll.seq == event_seq_.load(std::memory_order_acquire) && !shm_->may_have_incoming()) {
+        app_calls_.store(calls, std::memory_order_relaxed);
+        if (taken) *taken = 0;
+        return PTL_EQ_EMPTY;
+    }
     Lock lk(mu_);
     Eq *e = eq_of(h);
     if (!e || !evs || max == 0) return PTL_ARG_INVALID;
     app_progress_locked();
-    return take_events(e, evs, max, taken);
+    const int rc = take_events(e, evs, max, taken);
+    if (e->count == 0)
+        last_empty_poll = {h, event_seq_.load(std::memory_order_relaxed)};
+    else
+        last_empty_poll.eq = PTL_INVALID_HANDLE;
+    return rc;
 }
 
 int Engine::app_progress_locked() {
@@ -915,8 +954,9 @@ int Engine::app_progress_locked() {
     // had the progress thread compete for the CPU with an application that never stopped
     // polling. Sampled every kAppSampleCalls calls (the clock costs as much as a poll): the
     // call before a sampled one notes when it returned.
-    constexpr uint32_t kAppSampleCalls = 16;
-    const uint32_t turn = ++app_calls_ % kAppSampleCalls;
+    const uint32_t calls = app_calls_.load(std::memory_order_relaxed) + 1;
+    app_calls_.store(calls, std::memory_order_relaxed);
+    const uint32_t turn = calls % kAppSampleCalls;
     if (turn == 0) {
         const uint64_t t = monotonic_ns();
         const uint64_t away = t > app_returned_ns_ ? t - app_returned_ns_ : 0;
@@ -1002,7 +1042,17 @@ int Engine::progress_locked(uint64_t now_ns) {
         check_dead_peers();
         backoff_.set_local_processes(uint32_t(shm_->peer_count() + 1));
     }
+    note_quiet();
     return work;
+}
+
+void Engine::note_quiet() {
+    bool quiet = phys_open_ && held_.empty() && !loop_->pending() && !shm_->has_backlog() &&
+                 changed_cts_.empty() && (!tcp_ || tcp_->idle());
+#ifdef PTL_HAVE_VERBS
+    quiet = quiet && !verbs_;
+#endif
+    quiet_.store(quiet, std::memory_order_release);
 }
 
 // Runs `ready` (under the lock) until it returns >= 0, the timeout passes (-2) or PtlAbort

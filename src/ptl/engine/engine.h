@@ -135,6 +135,8 @@ private:
     void close_physical();
     // now_ns: the caller's fresh clock reading, or 0 to use the coarse clock (coarse_now).
     int progress_locked(uint64_t now_ns = 0);
+    // Whether a progress could only find messages in the shm ring (quiet_).
+    void note_quiet();
     int app_progress_locked();
     int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
     uint64_t coarse_now();
@@ -209,6 +211,10 @@ private:
     std::atomic<uint32_t> active_pollers_{0};
     std::atomic<uint64_t> last_poll_ns_{0};
     std::atomic<uint64_t> app_poll_gap_ns_{1000000000ull};  // smoothed time away between app_progress calls
+    // Nothing for a progress to do but read the shm ring (no held message, loopback, shm
+    // backlog, tcp connection, pending trigger): app_progress_take may then answer an idle
+    // poll without the lock. Set under the lock at the end of each progress and data operation.
+    std::atomic<bool> quiet_{false};
 
     // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
     PeerId self_{};
@@ -229,10 +235,10 @@ private:
     // polls on the hot path read it every kCoarseClockCalls calls (coarse_now).
     uint64_t coarse_now_ns_ = 0;
     uint32_t coarse_calls_ = 0;
-    uint32_t app_calls_ = 0;
-    uint64_t app_returned_ns_ = 0;  // when the call before a sampled app_progress returned
-    MessageHandler deliver_;        // handle_message, built once
-    MessageHandler tcp_deliver_;    // deliver_, less the verbs wire's connection setup
+    std::atomic<uint32_t> app_calls_{0};  // incremented without RMW: a lost count only shifts sampling
+    uint64_t app_returned_ns_ = 0;        // when the call before a sampled app_progress returned
+    MessageHandler deliver_;              // handle_message, built once
+    MessageHandler tcp_deliver_;          // deliver_, less the verbs wire's connection setup
     std::unique_ptr<class ProgressThread> progress_thread_;
     bool in_triggers_ = false;
     HeldMessages held_;

@@ -12,8 +12,12 @@
 namespace ptl::shm {
 
 namespace {
-size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-size_t seq_offset() { return align_up(sizeof(RingControl), kCacheLine); }
+size_t align_up(size_t v, size_t a) {
+    return (v + a - 1) / a * a;
+}
+size_t seq_offset() {
+    return align_up(sizeof(RingControl), kCacheLine);
+}
 size_t data_offset(uint32_t ncells) {
     return align_up(seq_offset() + ncells * sizeof(std::atomic<uint64_t>), kCacheLine);
 }
@@ -51,7 +55,7 @@ bool Ring::attach(void *base, size_t mapped_size) {
     seq_ = reinterpret_cast<std::atomic<uint64_t> *>(static_cast<char *>(base) + seq_offset());
     data_ = static_cast<char *>(base) + data_offset(n);
     mask_ = n - 1;
-    tail_ = 0;
+    tail_.store(0, std::memory_order_relaxed);
     return true;
 }
 
@@ -134,9 +138,10 @@ void Ring::ring_doorbell_if_sleeping() {
 
 const CellHead *Ring::peek() {
     for (;;) {
-        const uint64_t s = seq_[tail_ & mask_].load(std::memory_order_acquire);
-        if (s != tail_ + 1) return nullptr;
-        auto *h = reinterpret_cast<const CellHead *>(cell(tail_));
+        const uint64_t tail = tail_.load(std::memory_order_relaxed);
+        const uint64_t s = seq_[tail & mask_].load(std::memory_order_acquire);
+        if (s != tail + 1) return nullptr;
+        auto *h = reinterpret_cast<const CellHead *>(cell(tail));
         if (h->kind == kPadding) {
             release(h);
             continue;
@@ -147,13 +152,14 @@ const CellHead *Ring::peek() {
 
 void Ring::release(const CellHead *h) {
     const uint64_t n = h->ncells;
+    const uint64_t tail = tail_.load(std::memory_order_relaxed);
     for (uint64_t i = 0; i < n; ++i)
-        seq_[(tail_ + i) & mask_].store(tail_ + i + ctl_->ncells, std::memory_order_release);
-    tail_ += n;
+        seq_[(tail + i) & mask_].store(tail + i + ctl_->ncells, std::memory_order_release);
+    tail_.store(tail + n, std::memory_order_relaxed);
 }
 
 bool Ring::empty_for_consumer() {
-    return seq_[tail_ & mask_].load(std::memory_order_acquire) != tail_ + 1;
+    return !may_hold_message();
 }
 
 }  // namespace ptl::shm

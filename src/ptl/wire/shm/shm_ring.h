@@ -30,8 +30,8 @@ struct alignas(kCacheLine) RingControl {
 
 // What a message run starts with.
 struct CellHead {
-    uint32_t ncells;       // cells the run covers, including this one
-    uint16_t kind;         // kMessage or kPadding
+    uint32_t ncells;  // cells the run covers, including this one
+    uint16_t kind;    // kMessage or kPadding
     uint16_t header_len;
     uint32_t payload_len;
     uint32_t src_nid;
@@ -65,6 +65,12 @@ public:
     void release(const CellHead *);
 
     bool empty_for_consumer();
+    // Whether a message may be waiting, answered without the consumer's lock (a hint: the
+    // consumer may be taking it right now).
+    bool may_hold_message() const {
+        const uint64_t t = tail_.load(std::memory_order_relaxed);
+        return seq_[t & mask_].load(std::memory_order_acquire) == t + 1;
+    }
     void ring_doorbell_if_sleeping();
 
 private:
@@ -77,7 +83,7 @@ private:
     std::atomic<uint64_t> *seq_ = nullptr;
     char *data_ = nullptr;
     uint64_t mask_ = 0;
-    uint64_t tail_ = 0;  // consumer only
+    std::atomic<uint64_t> tail_{0};  // written by the consumer only; read by may_hold_message
 };
 
 }  // namespace ptl::shm

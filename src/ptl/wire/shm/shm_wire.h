@@ -41,6 +41,8 @@ public:
     void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {});
     void wake();
     bool has_backlog() const { return backlog_peers_ > 0; }
+    // Lock-free hint for idle polls: a message may be waiting in our ring.
+    bool may_have_incoming() const { return rx_.may_hold_message(); }
     // Processes on this host we have sent to.
     size_t peer_count() const { return peers_.size(); }
 

@@ -49,6 +49,8 @@ public:
     void arm_wakeup();
     // Frames dropped as malformed since the last call (a bad stream also loses its connection).
     uint64_t take_malformed();
+    // No connection, nothing corked: a progress would only look for new connections.
+    bool idle() const { return conns_.empty() && corked_.empty() && connecting_ == 0; }
 
 private:
     struct Conn {
