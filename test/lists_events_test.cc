@@ -84,13 +84,13 @@ protected:
     }
     const char *name_ = nullptr;
 };
-#define LISTS_WITH(Fixture, NAME, VALUE)   \
-    class Fixture : public ListsEnv {      \
-    protected:                             \
-        void SetUp() override {            \
-            set(NAME, VALUE);              \
-            Lists::SetUp();                \
-        }                                  \
+#define LISTS_WITH(Fixture, NAME, VALUE) \
+    class Fixture : public ListsEnv {    \
+    protected:                           \
+        void SetUp() override {          \
+            set(NAME, VALUE);            \
+            Lists::SetUp();              \
+        }                                \
     }
 LISTS_WITH(ListsNoEqGrowth, "PTL_EQ_GROW_MAX", "0");
 LISTS_WITH(ListsEqGrowsToFour, "PTL_EQ_GROW_MAX", "4");
@@ -281,13 +281,14 @@ TEST_F(Lists, L12_T13_UnlinkOverflowEntryWithHeadersIsInUse_L11_AutoFreeAfterDra
 // slot is left; with PTL_ME_NO_TRUNCATE a message longer than what is left passes it by.
 TEST_F(Lists, SlotsGiveEachMessageWholeSlotsOfItsOwn) {
     char ov[64], spill[64];
-    ptl_me_t me = me_desc(ov, sizeof ov,
-                          PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE |
-                              PTL_ME_EVENT_LINK_DISABLE,
-                          0, ~0ull);
+    ptl_me_t me = me_desc(
+        ov, sizeof ov,
+        PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE | PTL_ME_EVENT_LINK_DISABLE,
+        0, ~0ull);
     me.min_free = 16;
     append(pt_, me, PTL_PRIORITY_LIST, (void *)1);
-    const ptl_me_t spill_me = me_desc(spill, sizeof spill, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull);
+    const ptl_me_t spill_me =
+        me_desc(spill, sizeof spill, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull);
     ptl_handle_me_t spill_h = append(pt_, spill_me, PTL_PRIORITY_LIST, (void *)2);
     ASSERT_EQ(put(5, 0), PTL_OK);   // slot 0
     ASSERT_EQ(put(0, 0), PTL_OK);   // slot 1: empty, still a slot
@@ -559,7 +560,7 @@ TEST_F(ListsLongGrace, FC1_UnmatchedPutWaitsWhileAUsedUpEntryIsUnread) {
     append(pt_, me_desc(first, sizeof first, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
            PTL_PRIORITY_LIST, (void *)1);
     ASSERT_EQ(put(4, 0, PTL_ACK_REQ), PTL_OK);
-    ASSERT_EQ(put(4, 0, PTL_ACK_REQ, 4), PTL_OK);  // finds no entry: waits
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ, 4), PTL_OK);   // finds no entry: waits
     EXPECT_EQ(next_ack().ni_fail_type, PTL_NI_OK);  // the first put's: responses are not held
     ptl_event_t ev;
     while (PtlEQGet(md_eq_, &ev) == PTL_OK)
@@ -618,10 +619,10 @@ TEST_F(Lists, F10_EntriesBreakingOnlyUseOnceAndOnlyTruncateAreAcceptedAndKeepThe
     ptl_pt_index_t pt;
     ASSERT_EQ(PtlPTAlloc(ni_, PTL_PT_ONLY_USE_ONCE | PTL_PT_ONLY_TRUNCATE, eq_, PTL_PT_ANY, &pt), PTL_OK);
     char small[4], persistent[64];
-    append(pt, me_desc(small, sizeof small, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_NO_TRUNCATE), PTL_PRIORITY_LIST,
-           (void *)1);
-    append(pt, me_desc(persistent, sizeof persistent, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE), PTL_PRIORITY_LIST,
-           (void *)2);
+    append(pt, me_desc(small, sizeof small, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_NO_TRUNCATE),
+           PTL_PRIORITY_LIST, (void *)1);
+    append(pt, me_desc(persistent, sizeof persistent, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)2);
     for (int i = 0; i < 2; ++i) {
         ASSERT_EQ(PtlPut(md_, 0, 16, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, 0), PTL_OK);
         ptl_event_t ev = next_non_link(eq_);
@@ -769,15 +770,20 @@ TEST_F(ListsManualProgress, ProgressEQDeliversAndTakesInOneCall) {
 // (PTL_ARG_INVALID, never PTL_EQ_EMPTY). Each step repeats: two polls in sixteen take the
 // lock anyway.
 TEST_F(ListsManualProgress, IdlePollsWithoutTheLockMissNothing) {
-    ptl_handle_eq_t eq;
+    ptl_handle_eq_t eq, other;
     ptl_pt_index_t pt;
     ASSERT_NO_FATAL_FAILURE(eq_with_pt(8, &eq, &pt));
+    ASSERT_EQ(PtlEQAlloc(ni_, 8, &other), PTL_OK);  // polled in turn, as UCP polls its ifaces
     // No SEND event: one would move the event count and send the next poll to the lock.
     const ptl_handle_md_t md = bind(src_, sizeof src_, PTL_MD_EVENT_SEND_DISABLE);
     ptl_event_t evs[8];
     unsigned taken = 99;
     for (int round = 0; round < 20; ++round) {
-        for (int i = 0; i < 5; ++i) ASSERT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_EQ_EMPTY);
+        for (int i = 0; i < 5; ++i) {
+            ASSERT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_EQ_EMPTY);
+            ASSERT_EQ(PtlXProgressEQ(other, evs, 8, &taken), PTL_EQ_EMPTY);
+        }
+        ASSERT_EQ(PtlXProgressEQ(PTL_INVALID_HANDLE, evs, 8, &taken), PTL_ARG_INVALID);
         ASSERT_EQ(PtlPut(md, 0, 1, PTL_NO_ACK_REQ, self_, pt, 0, 0, nullptr, ptl_hdr_data_t(round)), PTL_OK);
         ASSERT_EQ(PtlXProgressEQ(eq, evs, 8, &taken), PTL_OK) << "round " << round;
         ASSERT_EQ(taken, 1u);
