@@ -345,25 +345,6 @@ Ni *Engine::ni_of(ptl_handle_ni_t h) const {
     return (n && n->handle == h) ? n : nullptr;
 }
 
-Ni *Engine::ni_for_object(uint32_t h) const {
-    const HandleParts p = split_handle(h);
-    if (p.type == ObjType::None || p.type == ObjType::Bad) return nullptr;
-    return nis_[p.ni];
-}
-
-Eq *Engine::eq_of(ptl_handle_eq_t h) const {
-    Ni *n = ni_for_object(h);
-    return n ? n->eq(h) : nullptr;
-}
-Ct *Engine::ct_of(ptl_handle_ct_t h) const {
-    Ni *n = ni_for_object(h);
-    return n ? n->ct(h) : nullptr;
-}
-Md *Engine::md_of(ptl_handle_md_t h) const {
-    Ni *n = ni_for_object(h);
-    return n ? n->md(h) : nullptr;
-}
-
 // ---------------------------------------------------------------------------------------
 // Network interfaces (§3.6)
 

@@ -126,10 +126,22 @@ private:
     using Lock = std::unique_lock<std::mutex>;
 
     Ni *ni_of(ptl_handle_ni_t h) const;
-    Ni *ni_for_object(uint32_t h) const;
-    Eq *eq_of(ptl_handle_eq_t h) const;
-    Ct *ct_of(ptl_handle_ct_t h) const;
-    Md *md_of(ptl_handle_md_t h) const;
+    Ni *ni_for_object(uint32_t h) const {
+        const HandleParts p = split_handle(h);
+        return p.type == ObjType::None || p.type == ObjType::Bad ? nullptr : nis_[p.ni];
+    }
+    Eq *eq_of(ptl_handle_eq_t h) const {
+        Ni *n = ni_for_object(h);
+        return n ? n->eq(h) : nullptr;
+    }
+    Ct *ct_of(ptl_handle_ct_t h) const {
+        Ni *n = ni_for_object(h);
+        return n ? n->ct(h) : nullptr;
+    }
+    Md *md_of(ptl_handle_md_t h) const {
+        Ni *n = ni_for_object(h);
+        return n ? n->md(h) : nullptr;
+    }
 
     int open_physical(ptl_pid_t pid);
     void close_physical();

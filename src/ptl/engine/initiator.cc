@@ -195,8 +195,10 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     }
     if (rndv) ++put_md->pending;
     if (reply_due) ++get_md->pending;
-    // The data was copied into the wire, so the buffer may be reused: SEND now.
-    if (put_md && !rndv) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
+    // The data was copied into the wire, so the buffer may be reused: SEND now (checked here:
+    // most senders disable it).
+    if (put_md && !rndv && (md_allows_full(*put_md, PTL_EVENT_SEND, true) || put_md->ct))
+        initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
     return PTL_OK;
 }
 

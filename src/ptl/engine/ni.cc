@@ -3,8 +3,15 @@
 namespace ptl {
 
 Ni::Ni(Engine *e, uint32_t idx, unsigned opts, const ptl_ni_limits_t &lim)
-    : engine(e), index(idx), options(opts), handle(0), limits(lim), pts(size_t(lim.max_pt_index) + 1),
-      mds(uint32_t(lim.max_mds)), entries(uint32_t(lim.max_entries)), eqs(uint32_t(lim.max_eqs)),
+    : engine(e),
+      index(idx),
+      options(opts),
+      handle(0),
+      limits(lim),
+      pts(size_t(lim.max_pt_index) + 1),
+      mds(uint32_t(lim.max_mds)),
+      entries(uint32_t(lim.max_entries)),
+      eqs(uint32_t(lim.max_eqs)),
       cts(uint32_t(lim.max_cts)) {}
 
 Ni::~Ni() {
@@ -14,30 +21,6 @@ Ni::~Ni() {
             pt.unexpected.remove(u);
             delete u;
         }
-}
-
-Md *Ni::md(ptl_handle_md_t h) const {
-    const HandleParts p = split_handle(h);
-    if (p.type != ObjType::Md || p.ni != index) return nullptr;
-    return mds.get(p.slot, p.gen);
-}
-
-Entry *Ni::entry(uint32_t h, bool me) const {
-    const HandleParts p = split_handle(h);
-    if (p.type != (me ? ObjType::Me : ObjType::Le) || p.ni != index) return nullptr;
-    return entries.get(p.slot, p.gen);
-}
-
-Eq *Ni::eq(ptl_handle_eq_t h) const {
-    const HandleParts p = split_handle(h);
-    if (p.type != ObjType::Eq || p.ni != index) return nullptr;
-    return eqs.get(p.slot, p.gen);
-}
-
-Ct *Ni::ct(ptl_handle_ct_t h) const {
-    const HandleParts p = split_handle(h);
-    if (p.type != ObjType::Ct || p.ni != index) return nullptr;
-    return cts.get(p.slot, p.gen);
 }
 
 bool Ni::resolve(ptl_process_t target, PeerId *out) const {

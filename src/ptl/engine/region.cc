@@ -16,10 +16,8 @@ Region Region::iovec(const ptl_iovec_t *iov, uint64_t n) {
     return r;
 }
 
-void *Region::address_at(uint64_t offset) const {
-    // A peer may name any offset; past the end nothing lands, so the event points at the end.
+void *Region::iov_address_at(uint64_t offset) const {
     offset = std::min(offset, length);
-    if (!iov) return static_cast<char *>(start) + offset;
     for (uint64_t i = 0; i < niov; ++i) {
         if (offset < iov[i].iov_len) return static_cast<char *>(iov[i].iov_base) + offset;
         offset -= iov[i].iov_len;
@@ -27,12 +25,7 @@ void *Region::address_at(uint64_t offset) const {
     return niov ? static_cast<char *>(iov[niov - 1].iov_base) + iov[niov - 1].iov_len : start;
 }
 
-void Region::pieces(uint64_t offset, uint64_t len, IovList &out) const {
-    if (len == 0) return;
-    if (!iov) {
-        out.push_back({static_cast<char *>(start) + offset, len});
-        return;
-    }
+void Region::iov_pieces(uint64_t offset, uint64_t len, IovList &out) const {
     for (uint64_t i = 0; i < niov && len; ++i) {
         uint64_t l = iov[i].iov_len;
         if (offset >= l) {

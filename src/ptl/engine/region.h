@@ -24,16 +24,32 @@ struct Region {
     static Region contiguous(void *start, uint64_t length) { return {start, length, nullptr, 0}; }
     static Region iovec(const ptl_iovec_t *iov, uint64_t n);
 
-    // Address of the byte at `offset` (the event `start` for an iovec region, §4.4).
-    void *address_at(uint64_t offset) const;
+    // Address of the byte at `offset` (the event `start` for an iovec region, §4.4). A peer
+    // may name any offset; past the end nothing lands, so the event points at the end.
+    void *address_at(uint64_t offset) const {
+        if (!iov) return static_cast<char *>(start) + (offset < length ? offset : length);
+        return iov_address_at(offset);
+    }
 
-    // Appends the (address, length) pieces covering [offset, offset+len) to `out`.
-    void pieces(uint64_t offset, uint64_t len, IovList &out) const;
+    // Appends the (address, length) pieces covering [offset, offset+len) to `out`. Inline for
+    // the contiguous case: once per message on both sides.
+    void pieces(uint64_t offset, uint64_t len, IovList &out) const {
+        if (len == 0) return;
+        if (!iov) {
+            out.push_back({static_cast<char *>(start) + offset, len});
+            return;
+        }
+        iov_pieces(offset, len, out);
+    }
 
     // Copies into / out of the region. `checked` copies go through the kernel so that an
     // unmapped address fails the copy (PTL_NI_SEGV) instead of faulting the process.
     bool write(uint64_t offset, const void *src, uint64_t len, bool checked) const;
     bool read(uint64_t offset, void *dst, uint64_t len, bool checked) const;
+
+private:
+    void *iov_address_at(uint64_t offset) const;
+    void iov_pieces(uint64_t offset, uint64_t len, IovList &out) const;
 };
 
 // Copies that report EFAULT instead of faulting (process_vm_readv/writev on ourselves).

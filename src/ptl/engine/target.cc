@@ -352,8 +352,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     }
     const ptl_ni_fail_t fail = (ok || mlength == 0) ? PTL_NI_OK : PTL_NI_SEGV;  // B6
     if (fail != PTL_NI_OK) out.clear();
+    const bool slotted = local && (e->opts() & PTLX_ME_SLOTS) && e->desc.min_free;
     if (local) {
-        if ((e->opts() & PTLX_ME_SLOTS) && e->desc.min_free) {
+        if (slotted) {
             // Whole slots, at least one: each message starts a slot of its own.
             const ptl_size_t slot = e->desc.min_free;
             e->local_offset += std::max<ptl_size_t>(1, (mlength + slot - 1) / slot) * slot;
@@ -410,7 +411,6 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;
     // slots (PTLX_ME_SLOTS) last while another slot can start, however short the last one.
-    const bool slotted = (e->opts() & PTLX_ME_SLOTS) && e->desc.min_free;
     if ((e->opts() & PTL_ME_USE_ONCE) ||
         (local && e->desc.min_free &&
          (slotted ? e->local_offset >= e->region.length

@@ -21,8 +21,8 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
         m.fetch_length = g;
     }
     // No event: the MD reports no SEND, and a failed peer is found by check_peers.
-    const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length, PTL_NO_ACK_REQ,
-                          ep->peer, pt, bits, encode_msg(m), nullptr, hdr_data);
+    const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length,
+                          PTL_NO_ACK_REQ, ep->peer, pt, bits, encode_msg(m), nullptr, hdr_data);
     if (rc != PTL_OK) {
         if (m.grant) p.owed += m.fetch_length;
         f->tx_free.push_back(tx_desc);

@@ -51,8 +51,9 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
     // Like UCX's own transports: nothing completes after the ep is gone.
     f->cancel_ops(ep);
     std::vector<uct_completion_t *> cancelled;
-    std::erase_if(f->zcopy_sends,
-                  [&](const Iface::ZcopySend &z) { return z.ep == ep && (cancelled.push_back(z.comp), true); });
+    std::erase_if(f->zcopy_sends, [&](const Iface::ZcopySend &z) {
+        return z.ep == ep && (cancelled.push_back(z.comp), true);
+    });
     for (uct_completion_t *comp : cancelled) uct_invoke_completion(comp, UCS_ERR_CANCELED);
     for (const Ep::FlushWait &w : ep->flushes) uct_invoke_completion(w.comp, UCS_ERR_CANCELED);
     std::erase(ep->window->flushing, ep);
@@ -67,7 +68,7 @@ extern "C" void uct_portals_ep_cleanup(uct_portals_ep_t *uct) {
 // operation it has started, so that flush waits for them like any other.
 extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct_completion_t *comp) {
     Ep *ep = ep_of(tl_ep);
-    if ((flags & UCT_FLUSH_FLAG_CANCEL) && ep->failed) {
+    if ((flags & UCT_FLUSH_FLAG_CANCEL) && ep->failed()) {
         ep->iface->cancel_ops(ep);
         ep->iface->complete_flushes(ep);
         return UCS_OK;

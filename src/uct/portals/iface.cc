@@ -353,7 +353,7 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // no acknowledgement, so a sleeper waiting for them gets a probe's.
     if (events & UCT_EVENT_SEND_COMP)
         for (Ep *ep : f->eps)
-            if (!ep->failed && !ep->window->arrived(ep->window->sent)) f->ensure_probe(*ep->window);
+            if (!ep->failed() && !ep->window->arrived(ep->window->sent)) f->ensure_probe(*ep->window);
     uint64_t v;
     while (read(f->event_fd, &v, sizeof v) == ssize_t(sizeof v)) {
     }
@@ -462,7 +462,7 @@ void Iface::complete_flushes(Ep *ep) {
     size_t kept = 0;
     std::vector<uct_completion_t *> done;
     for (const Ep::FlushWait &w : fl) {
-        if (w.seq <= oldest && (ep->failed || ep->window->arrived(w.sent_mark)))
+        if (w.seq <= oldest && (ep->failed() || ep->window->arrived(w.sent_mark)))
             done.push_back(w.comp);
         else
             fl[kept++] = w;
@@ -494,8 +494,7 @@ void Iface::report_failed_eps() {
 }
 
 void Iface::mark_failed(Ep *ep, ucs_status_t status) {
-    if (ep->failed) return;
-    ep->failed = true;
+    if (ep->failed()) return;
     ep->failure = status;
     if (!zcopy_sends.empty()) zcopy_check_due = true;
     failed_eps.emplace_back(ep, status);

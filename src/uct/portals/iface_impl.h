@@ -57,8 +57,8 @@ inline uint64_t encode_msg(const MsgInfo &m) {
            (uint64_t(m.fetch_length) << kMsgOffsetBits) | (m.src_offset & (kMaxTxPoolBytes - 1));
 }
 inline MsgInfo decode_msg(uint64_t v) {
-    return {MsgKind((v >> 60) & 7), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1), uint16_t(v >> kMsgOffsetBits),
-            bool(v >> 63)};
+    return {MsgKind((v >> 60) & 7), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1),
+            uint16_t(v >> kMsgOffsetBits), bool(v >> 63)};
 }
 
 // A rendezvous' header data: [data length:32][key:32]. The key names the sender's ME for
@@ -135,7 +135,7 @@ struct Op {
     // get_bcopy lands here first
     char *bounce = nullptr;
     // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data
-    int64_t rx_id = -1;  // the RxEvent in rx_fifo (Ring id) whose truncated body this fetches
+    int64_t rx_id = -1;      // the RxEvent in rx_fifo (Ring id) whose truncated body this fetches
     Peer *window = nullptr;  // a flush probe's peer
     uct_tag_context_t *ctx = nullptr;
     ucs_status_t rndv_status = UCS_OK;
@@ -192,8 +192,8 @@ struct Ep {
     uct_ep_h uct = nullptr;
     // An operation failed (peer process gone, its iface closed, access refused): the error
     // handler is told once, and a cancelling flush then drops what is still in flight.
-    bool failed = false;
     ucs_status_t failure = UCS_OK;
+    bool failed() const { return failure != UCS_OK; }
     ptl_process_t peer{};
     uint8_t am_pt = 0, tag_pt = 0, ctl_pt = 0;
     Peer *window = nullptr;  // the peer iface's state (iface-owned), shared with other eps to it
@@ -258,8 +258,8 @@ struct Iface {
     ptl_handle_me_t grant_me = PTL_INVALID_HANDLE;
     // peer ifaces (peer_window.h); a Peer lives as long as the iface
     std::unordered_map<PeerKey, std::unique_ptr<Peer>, PeerKeyHash> peers;
-    Peer *last_peer = nullptr;  // most traffic comes from one peer at a time
-    std::vector<Peer *> owing;  // peers owed a grant
+    Peer *last_peer = nullptr;         // most traffic comes from one peer at a time
+    std::vector<Peer *> owing;         // peers owed a grant
     std::vector<Peer *> flush_checks;  // peers whose grants may complete flushes
     unsigned tx_window = 0, grant_batch = 0;
     ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
@@ -312,11 +312,11 @@ struct Iface {
         ++p.sent;
     }
     void release_held(Peer &p, uint32_t count);
-    bool messages_arrived(const Ep *ep) const { return ep->failed || ep->window->arrived(ep->sent_mark); }
+    bool messages_arrived(const Ep *ep) const { return ep->failed() || ep->window->arrived(ep->sent_mark); }
     // A probe behind everything sent to `p` so far, unless one is on its way.
     void ensure_probe(Peer &p);
     void on_probe_ack(Peer &p, ucs_status_t status);
-    void watch_flush(Ep *ep);     // its flush waits for messages to arrive
+    void watch_flush(Ep *ep);      // its flush waits for messages to arrive
     void check_flushing(Peer &p);  // some of its messages are known to have arrived
     void on_grant_event(const ptl_event_t &ev);
     void processed_from(Peer &p);
@@ -364,7 +364,9 @@ struct Iface {
     }
     bool window_full(const Ep *ep) const { return ep->window->held.size() >= tx_window; }
     // What pending_add asks: a send or an RMA operation would not fail for lack of resources.
-    bool can_send(const Ep *ep) const { return has_tx_resources() && !ep->blocked_by_pending() && !window_full(ep); }
+    bool can_send(const Ep *ep) const {
+        return has_tx_resources() && !ep->blocked_by_pending() && !window_full(ep);
+    }
     // Limits reported by iface_query and enforced by the sends.
     size_t max_put_short() const { return std::min(seg_size, max_volatile); }
     size_t max_am_hdr() const { return std::min<size_t>(128, seg_size / 2); }

@@ -59,7 +59,9 @@ void Iface::send_grant(Peer &p) {
     // Zero bytes from anywhere: the send-buffer pool is a valid address in the MD.
     const int rc = PtlPut(md, reinterpret_cast<uintptr_t>(tx_buf), 0, PTL_NO_ACK_REQ, p.proc, p.ctl_pt,
                           kGrantBits | ctl_pt, 0, nullptr, g);
-    if (rc != PTL_OK) ucs_debug("portals: grant of %u to nid 0x%x pid %u not sent: %d", g, p.proc.phys.nid, p.proc.phys.pid, rc);
+    if (rc != PTL_OK)
+        ucs_debug("portals: grant of %u to nid 0x%x pid %u not sent: %d", g, p.proc.phys.nid, p.proc.phys.pid,
+                  rc);
 }
 
 void Iface::send_owed_grants(bool all) {
@@ -79,10 +81,11 @@ void Iface::ensure_probe(Peer &p) {
     p.probe_op = Op{};
     p.probe_op.type = OpType::Probe;
     p.probe_op.window = &p;
-    const int rc = PtlPut(md, reinterpret_cast<uintptr_t>(tx_buf), 0, PTL_ACK_REQ, p.proc, p.ctl_pt, kProbeBits,
-                          0, &p.probe_op, 0);
+    const int rc = PtlPut(md, reinterpret_cast<uintptr_t>(tx_buf), 0, PTL_ACK_REQ, p.proc, p.ctl_pt,
+                          kProbeBits, 0, &p.probe_op, 0);
     if (rc != PTL_OK) {
-        ucs_debug("portals: flush probe to nid 0x%x pid %u not sent: %d", p.proc.phys.nid, p.proc.phys.pid, rc);
+        ucs_debug("portals: flush probe to nid 0x%x pid %u not sent: %d", p.proc.phys.nid, p.proc.phys.pid,
+                  rc);
         return;  // the grants alone complete the flush
     }
     p.probe_in_flight = true;
@@ -108,7 +111,7 @@ void Iface::report_zcopy_sends() {
     zcopy_check_due = false;
     std::vector<std::pair<uct_completion_t *, ucs_status_t>> done;
     std::erase_if(zcopy_sends, [&](const ZcopySend &z) {
-        if (z.ep->failed) {
+        if (z.ep->failed()) {
             done.emplace_back(z.comp, z.ep->failure);
         } else if (z.ep->window->arrived(z.mark)) {
             done.emplace_back(z.comp, UCS_OK);

@@ -101,7 +101,7 @@ void Iface::check_peers() {
     for (size_t i = 0; i < visits; ++i) {
         if (next_ep_to_check >= eps.size()) next_ep_to_check = 0;
         Ep *ep = eps[next_ep_to_check++];
-        if (ep->failed) continue;
+        if (ep->failed()) continue;
         if (PtlXPeerAlive(ni, ep->peer) == 0) {
             fail_ep(ep, UCS_ERR_ENDPOINT_TIMEOUT);
         } else if (!ep->window->held.empty()) {

@@ -67,9 +67,7 @@ ShmWire::~ShmWire() {
     }
 }
 
-ShmWire::Peer *ShmWire::peer(PeerId id) {
-    // Peers stay until the wire goes: the last one found may be kept by pointer.
-    if (last_peer_ && last_peer_->id == id) return last_peer_;
+ShmWire::Peer *ShmWire::find_peer(PeerId id) {
     auto it = peers_.find(id);
     if (it != peers_.end()) return last_peer_ = it->second.get();
     auto p = std::make_unique<Peer>();

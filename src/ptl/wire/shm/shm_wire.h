@@ -59,7 +59,9 @@ private:
     };
 
     ShmWire() = default;
-    Peer *peer(PeerId id);
+    // Peers stay until the wire goes: the last one found may be kept by pointer.
+    Peer *peer(PeerId id) { return last_peer_ && last_peer_->id == id ? last_peer_ : find_peer(id); }
+    Peer *find_peer(PeerId id);
     bool flush_backlog(Peer &p);
     bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write);
 
