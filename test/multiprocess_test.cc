@@ -1,10 +1,12 @@
 // Multi-process tests, run by test/run_multiprocess.sh under `ptlrun -n 2` and `-n 4`: every
 // rank runs the same tests in the same order and meets the others at barriers.
+#include <portals4_ext.h>
 #include <portals4_rt.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -186,8 +188,9 @@ TEST_F(Job, S3_S4_S5_S6_S7_PersistentSearchOverHeadersFromOtherRanks) {
     char sink[8];
     ptl_handle_me_t overflow = PTL_INVALID_HANDLE;
     if (rank() == 0) {
-        ptl_me_t me = me_from(-1, sink, sizeof sink,
-                              PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE, 0, ~0ull);
+        ptl_me_t me =
+            me_from(-1, sink, sizeof sink,
+                    PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE, 0, ~0ull);
         ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, nullptr, &overflow), PTL_OK);
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
@@ -197,7 +200,8 @@ TEST_F(Job, S3_S4_S5_S6_S7_PersistentSearchOverHeadersFromOtherRanks) {
         ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
         ptl_handle_md_t md = bind(&v, sizeof v, PTL_MD_EVENT_CT_ACK, ct);
         for (int i = 0; i < kSeven + kNine; ++i)
-            ASSERT_EQ(PtlPut(md, 0, sizeof v, PTL_CT_ACK_REQ, to(0), pt_, i < kSeven ? 7 : 9, 0, nullptr, 0), PTL_OK);
+            ASSERT_EQ(PtlPut(md, 0, sizeof v, PTL_CT_ACK_REQ, to(0), pt_, i < kSeven ? 7 : 9, 0, nullptr, 0),
+                      PTL_OK);
         EXPECT_EQ(ct_wait(ct, kSeven + kNine, 20000).failure, 0u);
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
@@ -414,6 +418,50 @@ TEST_F(Job, AtomicsContentionFromAllRanks) {
     if (rank() == 0) {
         EXPECT_EQ(counter, int64_t(nranks()) * kOps);
         EXPECT_EQ(fetch_target, int64_t(nranks()) * kOps);
+    }
+}
+
+// Rank 0 polls its EQ with PtlXProgressEQ, the UCT face's poll, while every other rank
+// sends it bursts of puts: idle polls skip the engine lock (they look at the shm ring and the
+// event count only) and the progress thread delivers beside them. Every message arrives, in
+// order per sender.
+TEST_F(Job, PolledEqMissesNothingWhileMessagesArrive) {
+    constexpr int kPerSender = 1000;  // all of them fit in the EQ (4096)
+    const int n = nranks();
+    std::vector<uint64_t> landing(size_t(n) * kPerSender);
+    if (rank() == 0) {
+        ptl_me_t me = me_from(-1, landing.data(), landing.size() * 8,
+                              PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull);
+        ptl_handle_me_t h;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() != 0) {
+        uint64_t v = 0;
+        const ptl_handle_md_t md = bind(&v, 8, PTL_MD_EVENT_SEND_DISABLE);
+        for (int i = 0; i < kPerSender; ++i) {
+            v = uint64_t(i);
+            ASSERT_EQ(PtlPut(md, 0, 8, PTL_NO_ACK_REQ, to(0), pt_, 0, 0, nullptr, ptl_hdr_data_t(i)), PTL_OK);
+        }
+    } else {
+        std::vector<int> next(size_t(n), 0);
+        int got = 0;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        ptl_event_t evs[16];
+        while (got < (n - 1) * kPerSender && std::chrono::steady_clock::now() < deadline) {
+            unsigned taken = 0;
+            const int rc = PtlXProgressEQ(eq_, evs, 16, &taken);
+            ASSERT_TRUE(rc == PTL_OK || rc == PTL_EQ_EMPTY) << rc;
+            for (unsigned k = 0; k < taken; ++k) {
+                ASSERT_EQ(evs[k].type, PTL_EVENT_PUT);
+                ASSERT_EQ(evs[k].ni_fail_type, PTL_NI_OK);
+                const ptl_rank_t from = evs[k].initiator.rank;
+                ASSERT_TRUE(from > 0 && int(from) < n) << from;
+                ASSERT_EQ(evs[k].hdr_data, ptl_hdr_data_t(next[from]++)) << "from rank " << from;
+                ++got;
+            }
+        }
+        EXPECT_EQ(got, (n - 1) * kPerSender);
     }
 }
 
