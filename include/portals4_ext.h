@@ -68,7 +68,10 @@ int PtlXEQTake(ptl_handle_eq_t eq, ptl_event_t *event);
 int PtlXEQTakeMany(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken);
 
 /* PtlXProgress followed by PtlXEQTakeMany, under one lock: a poll loop's whole step. Returns
- * what PtlXEQTakeMany would (PTL_ARG_INVALID without running the engine). */
+ * what PtlXEQTakeMany would (PTL_ARG_INVALID without running the engine). A poll that can
+ * find nothing (this thread saw `eq` empty, no event was posted since, no message waits on
+ * the shared-memory wire and nothing else needs progress) returns PTL_EQ_EMPTY without the
+ * engine's lock; such skipped polls only postpone work, two calls in sixteen always run it. */
 int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken);
 
 #ifdef __cplusplus
