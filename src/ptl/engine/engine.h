@@ -199,6 +199,15 @@ private:
 
     // target side
     void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
+    // A request that goes no further: the response the initiator waits for, if any (an ACK,
+    // a reply, or a rendezvous put's SEND), carries `fail`.
+    void refuse(const InMessage &m, const proto::Header &h, ptl_ni_fail_t fail);
+    // A silent drop (no match, unexpected list full, no flow control): nothing is sent unless
+    // an operation-completion ack, a rendezvous SEND or PTL_NOTIFY_DROPS needs it (X3).
+    void silent_drop(Ni *ni, const InMessage &m, const proto::Header &h);
+    // FC4-FC7: disables the portal, reports PT_DISABLED (unless the matched entry `cause`
+    // suppresses it) and drops the message.
+    void disable_pt(Ni *ni, Pt &pt, Entry *cause, const InMessage &m, const proto::Header &h);
     void count_malformed(uint64_t amount = 1);
     void respond(const InMessage &m, const proto::Header &req, uint8_t op, ptl_ni_fail_t fail,
                  ptl_size_t mlength, ptl_size_t offset, ptl_list_t list, const void *data, size_t data_len,

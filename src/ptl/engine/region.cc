@@ -69,7 +69,7 @@ bool checked_copy_from(void *dst, const void *src, size_t len) {
     return len == 0 || self_vm(dst, src, len, false);
 }
 
-bool Region::write(uint64_t offset, const void *src, uint64_t len, bool checked) const {
+bool Region::copy_in(uint64_t offset, const void *src, uint64_t len, bool checked) const {
     if (len == 0) return true;
     if (!iov) {
         void *dst = static_cast<char *>(start) + offset;
@@ -91,7 +91,7 @@ bool Region::write(uint64_t offset, const void *src, uint64_t len, bool checked)
     return true;
 }
 
-bool Region::read(uint64_t offset, void *dst, uint64_t len, bool checked) const {
+bool Region::copy_out(uint64_t offset, void *dst, uint64_t len, bool checked) const {
     if (len == 0) return true;
     if (!iov) {
         const void *src = static_cast<const char *>(start) + offset;

@@ -180,39 +180,56 @@ void Engine::respond(const InMessage &m, const proto::Header &req, uint8_t op, p
     send(m.from, r, &iov, data_len ? 1 : 0, op == proto::kAck && req.length <= kDeferAckMaxBytes);
 }
 
+void Engine::refuse(const InMessage &m, const proto::Header &h, ptl_ni_fail_t fail) {
+    // A response is owed when the initiator waits for one: ACK requested, a reply, or a
+    // rendezvous put whose SEND waits until we pulled the data.
+    const bool reply = wants_reply(h.op);
+    const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
+    if (reply || ack_wanted || (h.flags & proto::kRendezvous))
+        respond(m, h, reply ? proto::kReply : proto::kAck, fail, 0, h.remote_offset, 0, nullptr, 0,
+                ack_wanted || reply ? 0 : proto::kSendOnly);
+}
+
+void Engine::silent_drop(Ni *n, const InMessage &m, const proto::Header &h) {
+    n->count(PTL_SR_DROP_COUNT);
+    if (cfg_.notify_drops || n->notify_drops || h.ack_req == PTL_OC_ACK_REQ)
+        refuse(m, h, PTL_NI_DROPPED);
+    else if (h.flags & proto::kRendezvous)  // no ACK (silent), but the initiator's SEND still has to complete
+        respond(m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);
+}
+
+void Engine::disable_pt(Ni *n, Pt &pt, Entry *cause, const InMessage &m, const proto::Header &h) {
+    pt.enabled = false;
+    if (pt.eq && !(cause && (cause->opts() & PTL_ME_EVENT_FLOWCTRL_DISABLE))) {
+        ptl_event_t ev{};
+        ev.type = PTL_EVENT_PT_DISABLED;
+        ev.pt_index = h.pt_index;
+        ev.user_ptr = cause ? cause->user_ptr : nullptr;
+        ev.ni_fail_type = PTL_NI_PT_DISABLED;
+        post_event(pt.eq, ev);
+    }
+    n->count(PTL_SR_DROP_COUNT);
+    refuse(m, h, PTL_NI_PT_DISABLED);
+}
+
+// The error paths are member functions (refuse, silent_drop, disable_pt), not closures: a
+// closure over a dozen locals was built for every message and used by few.
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const uint8_t op = h.op;
     const bool rndv = h.flags & proto::kRendezvous;
     const bool reply = wants_reply(op);
-    const uint8_t resp_op = reply ? proto::kReply : proto::kAck;
     const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
-    // A response is owed when the initiator waits for one: ACK requested, a reply, or a
-    // rendezvous put whose SEND waits until we pulled the data.
-    auto refuse = [&](ptl_ni_fail_t fail) {
-        if (reply || ack_wanted || rndv)
-            respond(m, h, resp_op, fail, 0, h.remote_offset, 0, nullptr, 0,
-                    ack_wanted || reply ? 0 : proto::kSendOnly);
-    };
-    // Silent drops (no match, unexpected list full, no flow control) send nothing unless an
-    // operation-completion ack, a rendezvous SEND or PTL_NOTIFY_DROPS needs it (X3).
-    auto silent_drop = [&] {
-        n->count(PTL_SR_DROP_COUNT);
-        if (cfg_.notify_drops || n->notify_drops || h.ack_req == PTL_OC_ACK_REQ)
-            refuse(PTL_NI_DROPPED);
-        else if (rndv)  // no ACK (silent), but the initiator's SEND still has to complete
-            respond(m, h, proto::kAck, PTL_NI_DROPPED, 0, 0, 0, nullptr, 0, proto::kSendOnly);
-    };
 
     if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
         n->count(PTL_SR_DROP_COUNT);
-        refuse(PTL_NI_DROPPED);
+        refuse(m, h, PTL_NI_DROPPED);
         return;
     }
     const ptl_pt_index_t pti = h.pt_index;
     Pt &pt = n->pts[pti];
     if (!pt.enabled) {
         n->count(PTL_SR_DROP_COUNT);
-        refuse(PTL_NI_PT_DISABLED);
+        refuse(m, h, PTL_NI_PT_DISABLED);
         return;
     }
 
@@ -232,30 +249,16 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         list = PTL_OVERFLOW_LIST;
         e = pt.lists[PTL_OVERFLOW_LIST].find(h.match_bits, fits);
     }
-    auto disable_pt = [&](Entry *cause) {
-        // FC4-FC7: disable, report PT_DISABLED (unless the matched entry suppresses it), drop.
-        pt.enabled = false;
-        if (pt.eq && !(cause && (cause->opts() & PTL_ME_EVENT_FLOWCTRL_DISABLE))) {
-            ptl_event_t ev{};
-            ev.type = PTL_EVENT_PT_DISABLED;
-            ev.pt_index = pti;
-            ev.user_ptr = cause ? cause->user_ptr : nullptr;
-            ev.ni_fail_type = PTL_NI_PT_DISABLED;
-            post_event(pt.eq, ev);
-        }
-        n->count(PTL_SR_DROP_COUNT);
-        refuse(PTL_NI_PT_DISABLED);
-    };
     if (!e) {
         if (pt.options & PTL_PT_FLOWCTRL) {
-            if (!hold_instead_of_flow_control()) disable_pt(nullptr);
+            if (!hold_instead_of_flow_control()) disable_pt(n, pt, nullptr, m, h);
         } else if (!(pt.eq && pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti) &&
                      hold_instead_of_flow_control())) {
             // Without flow control an unmatched message is dropped - unless an entry of this
             // portal was used up and the application has not yet read that it was: a client
             // that replaces its receive buffers as it learns of them (Open MPI's btl) gets
             // the grace period to do so instead of losing the message.
-            silent_drop();
+            silent_drop(n, m, h);
         }
         return;
     }
@@ -263,7 +266,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     // Permissions end the walk: no fall-through to later entries (M6, tricky point 1).
     if (e->desc.uid != PTL_UID_ANY && e->desc.uid != h.uid) {
         n->count(PTL_SR_PERMISSION_VIOLATIONS);
-        refuse(PTL_NI_PERM_VIOLATION);
+        refuse(m, h, PTL_NI_PERM_VIOLATION);
         return;
     }
     const unsigned need = op == proto::kGet                           ? PTL_ME_OP_GET
@@ -271,21 +274,21 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
                                                                       : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     if ((e->opts() & need) != need) {
         n->count(PTL_SR_OPERATION_VIOLATIONS);
-        refuse(PTL_NI_OP_VIOLATION);
+        refuse(m, h, PTL_NI_OP_VIOLATION);
         return;
     }
     const bool keep_header = list == PTL_OVERFLOW_LIST && !(e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
     if (keep_header && n->unexpected >= uint32_t(n->limits.max_unexpected_headers)) {
         if (!(pt.options & PTL_PT_FLOWCTRL))
-            silent_drop();
+            silent_drop(n, m, h);
         else if (!hold_instead_of_flow_control())
-            disable_pt(e);
+            disable_pt(n, pt, e, m, h);
         return;
     }
     const ptl_event_kind_t kind = comm_kind(op);
     if ((pt.options & PTL_PT_FLOWCTRL) && pt.eq && entry_allows_full(*e, kind, true) &&
         !pt.eq->has_room_for_regular()) {
-        if (!hold_instead_of_flow_control()) disable_pt(e);
+        if (!hold_instead_of_flow_control()) disable_pt(n, pt, e, m, h);
         return;
     }
 
