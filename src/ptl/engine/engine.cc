@@ -1048,6 +1048,13 @@ int Engine::progress_locked(uint64_t now_ns) {
     return work;
 }
 
+void Engine::note_send_left_work() {
+    // A message to ourselves, one the shm ring had no room for, a tcp connection or corked
+    // data (triggers the operation fired have run already).
+    if (loop_->pending() || shm_->has_backlog() || (tcp_ && !tcp_->idle()))
+        quiet_.store(false, std::memory_order_release);
+}
+
 void Engine::note_quiet() {
     bool quiet = phys_open_ && held_.empty() && !loop_->pending() && !shm_->has_backlog() &&
                  changed_cts_.empty() && (!tcp_ || tcp_->idle());

@@ -149,6 +149,8 @@ private:
     int progress_locked(uint64_t now_ns = 0);
     // Whether a progress could only find messages in the shm ring (quiet_).
     void note_quiet();
+    // After a data operation: what a send can leave for a progress ends quiet_.
+    void note_send_left_work();
     int app_progress_locked();
     int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
     uint64_t coarse_now();

@@ -59,7 +59,7 @@ int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     Lock lk(mu_);
     const int rc = start_op(kind, a);
     run_triggers();
-    note_quiet();  // a send to ourselves, or one the shm ring had no room for, needs a progress
+    if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
     return rc;
 }
 
