@@ -92,8 +92,11 @@ ptl_ni_limits_t negotiate(const ptl_ni_limits_t &ours, const ptl_ni_limits_t *d)
 
 }  // namespace
 
-Engine &engine() {
-    static Engine *e = new Engine();  // never destroyed: atexit order must not matter
+std::atomic<Engine *> the_engine{nullptr};
+
+Engine &make_engine() {
+    static Engine *e = new Engine();
+    the_engine.store(e, std::memory_order_release);
     return *e;
 }
 

@@ -18,6 +18,7 @@
 
 #include "../wire/wire.h"
 #include "config.h"
+#include "events.h"
 #include "held_messages.h"
 #include "idle_backoff.h"
 #include "ni.h"
@@ -191,8 +192,15 @@ private:
     };
     int check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
     int start_op(TrigKind kind, const DataOpArgs &a);
+    // The initiator's event and count of an operation; inline so that an MD with neither (most
+    // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
-                         ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
+                         ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed) {
+        if (md && ((full_allowed && md_allows_full(*md, type, fail == PTL_NI_OK)) || md->ct))
+            post_initiator_event(md, type, fail, mlength, offset, list, user_ptr, full_allowed);
+    }
+    void post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
+                              ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
     void on_ack(Ni *ni, PeerId from, const proto::Header &h);
     void on_reply(Ni *ni, PeerId from, const proto::Header &h, const void *payload, size_t len);
     void release_export(const PendingOp &p);
@@ -271,6 +279,14 @@ private:
     std::vector<Ct *> changed_cts_;
 };
 
-Engine &engine();
+// The process's engine, made on first use and never destroyed (atexit order must not matter).
+// Inline: every API call asks for it, several times per message.
+Engine &make_engine();
+extern std::atomic<Engine *> the_engine;
+inline Engine &engine() {
+    if (Engine *e = the_engine.load(std::memory_order_acquire)) [[likely]]
+        return *e;
+    return make_engine();
+}
 
 }  // namespace ptl

@@ -38,9 +38,8 @@ bool add_segments(Wire &w, PeerId peer, const Region &r, uint64_t off, uint64_t 
 
 }  // namespace
 
-void Engine::initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
-                             ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed) {
-    if (!md) return;
+void Engine::post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
+                                  ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed) {
     const bool success = fail == PTL_NI_OK;
     if (full_allowed && md_allows_full(*md, type, success)) {
         ptl_event_t ev{};
@@ -195,10 +194,8 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     }
     if (rndv) ++put_md->pending;
     if (reply_due) ++get_md->pending;
-    // The data was copied into the wire, so the buffer may be reused: SEND now (checked here:
-    // most senders disable it).
-    if (put_md && !rndv && (md_allows_full(*put_md, PTL_EVENT_SEND, true) || put_md->ct))
-        initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
+    // The data was copied into the wire, so the buffer may be reused: SEND now.
+    if (!rndv) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
     return PTL_OK;
 }
 
