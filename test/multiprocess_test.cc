@@ -71,7 +71,9 @@ protected:
 // Whatever started the job (ptlrun, mpirun over PMIx, Hydra over PMI-1): ranks are 0..size-1,
 // each exactly once, and gathers of every size arrive in rank order, round after round.
 TEST(Runtime, RanksAreDistinctAndGathersArriveInRankOrder) {
-    if (const char *want = std::getenv("PTL_TEST_EXPECT_LAUNCHER")) EXPECT_STREQ(ptlrt_launcher(), want);
+    if (const char *want = std::getenv("PTL_TEST_EXPECT_LAUNCHER")) {
+        EXPECT_STREQ(ptlrt_launcher(), want);
+    }
     const int n = nranks();
     ASSERT_GE(n, 2) << "run under a launcher with at least 2 ranks";
     for (size_t len : {size_t(0), size_t(1), size_t(7), size_t(PTLRT_MAX_GATHER)}) {
