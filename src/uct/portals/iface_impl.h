@@ -148,7 +148,7 @@ struct Peer {
     uint8_t ctl_pt = 0;
     // Sending to it: buffers of messages it has not reported processed, oldest first, and
     // how many messages were sent; so sent - held.size() are known processed.
-    std::deque<int> held;
+    Ring<int> held;
     uint64_t sent = 0;
     // The flush probe: one at a time; `probed` messages are known to have arrived.
     Op probe_op;
@@ -240,6 +240,13 @@ struct Iface {
     // receive side
     RxPool am_rx, tag_rx;
     Ring<RxEvent> rx_fifo;
+    // A message that arrives in progress with nothing before it in rx_fifo is delivered from
+    // its event (on_rx_event), without a trip through the fifo: up to kMaxDeliveries per
+    // progress, counted here. Only in progress's own drain: a receive post's must not call
+    // handlers.
+    bool deliver_at_once = false;
+    unsigned delivered_at_once = 0;
+    static constexpr unsigned kMaxDeliveries = 64;
     std::deque<ptl_event_t> deferred;  // see drain_eq
     static constexpr unsigned kEqBatch = 16;
     ptl_event_t eq_batch[kEqBatch];  // taken from the EQ, not handled yet: [pos, len)
@@ -306,7 +313,13 @@ struct Iface {
     char *tx_desc_addr(int d) const { return tx_buf + size_t(d) * tx_stride; }
     bool has_tx_resources() const { return free_ops != nullptr && !tx_free.empty(); }
     // peer windows (peer_window.cc)
-    Peer &peer(const ptl_process_t &proc, uint8_t ctl_pt);
+    Peer &peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
+        if (last_peer && last_peer->proc.phys.nid == proc.phys.nid &&
+            last_peer->proc.phys.pid == proc.phys.pid && last_peer->ctl_pt == peer_ctl_pt) [[likely]]
+            return *last_peer;
+        return find_peer(proc, peer_ctl_pt);
+    }
+    Peer &find_peer(const ptl_process_t &proc, uint8_t peer_ctl_pt);
     void hold(Peer &p, int tx_desc) {
         p.held.push_back(tx_desc);
         ++p.sent;
@@ -389,9 +402,10 @@ struct Iface {
     void on_initiator_event(const ptl_event_t &ev);
     void on_ctl_event(const ptl_event_t &ev);
     void on_rx_event(const ptl_event_t &ev);
-    unsigned deliver_rx();
-    void deliver_one(RxEvent &r);
-    void deliver_expected(RxEvent &r);
+    unsigned deliver_rx(unsigned budget);
+    // A message ready to deliver; `ev` is its event (r.ev for one from rx_fifo).
+    void deliver_one(const ptl_event_t &ev, RxEvent &r);
+    void deliver_expected(const ptl_event_t &ev, RxEvent &r);
     void drain_eq(bool run_completions = true);
     // Records a take of `taken` events into eq_batch; false if there is nothing to handle.
     bool took_batch(int rc, unsigned taken);
@@ -406,7 +420,7 @@ struct Iface {
         return false;
     }
     void fetch_truncated(RxEvent &r);
-    void start_rndv_get(RxEvent &r);
+    void start_rndv_get(const ptl_event_t &ev, RxEvent &r);
 };
 
 }  // namespace uct_portals

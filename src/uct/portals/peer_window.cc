@@ -10,10 +10,7 @@ extern "C" {
 
 using namespace uct_portals;
 
-Peer &Iface::peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
-    if (last_peer && last_peer->proc.phys.nid == proc.phys.nid && last_peer->proc.phys.pid == proc.phys.pid &&
-        last_peer->ctl_pt == peer_ctl_pt)
-        return *last_peer;
+Peer &Iface::find_peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
     std::unique_ptr<Peer> &slot = peers[PeerKey{proc.phys.nid, proc.phys.pid, peer_ctl_pt}];
     if (!slot) {
         slot = std::make_unique<Peer>();

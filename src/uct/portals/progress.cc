@@ -61,7 +61,8 @@ unsigned Iface::progress() {
         PtlXProgress();
         drain_eq();
     }
-    unsigned n = deliver_rx();
+    unsigned n = std::exchange(delivered_at_once, 0u);
+    if (!rx_fifo.empty()) n += deliver_rx(kMaxDeliveries - std::min(n, kMaxDeliveries));
     if (n == 0 && rx_fifo.empty()) {
         am_rx.repost_when_idle();
         tag_rx.repost_when_idle();
@@ -132,6 +133,11 @@ void Iface::fail_ep(Ep *ep, ucs_status_t status) {
 // operations, whose callbacks UCP does not expect there, so they wait in `deferred` for the
 // next progress, which handles them first.
 void Iface::drain_eq(bool run_completions) {
+    struct AtOnce {  // progress's drain may deliver at once, a nested one (a post's) not
+        bool &flag, saved;
+        AtOnce(bool &f, bool v) : flag(f), saved(std::exchange(f, v)) {}
+        ~AtOnce() { flag = saved; }
+    } at_once(deliver_at_once, run_completions);
     if (run_completions)
         while (!deferred.empty()) {
             const ptl_event_t ev = deferred.front();
@@ -238,9 +244,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         on_grant_event(ev);
         return;
     }
-    rx_fifo.emplace_back();
-    RxEvent &r = rx_fifo.back();
-    r.ev = ev;
+    RxEvent r;  // its event is copied in only if it waits in rx_fifo
     r.msg = decode_msg(ev.remote_offset);
     // Rendezvous announcements are not sent from send buffers, so they are not counted.
     if (r.msg.kind != MsgKind::TagRndv) {
@@ -258,21 +262,26 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         // UCP reads a software rendezvous request when it is reported, and by then another
         // message may have landed in the same user buffer (receives sharing one buffer, as
         // bandwidth benchmarks post them): the request is read from the sender's copy.
-        if (r.msg.kind == MsgKind::TagRndvRequest && ev.rlength > 0) {
-            r.ready = false;
-            fetch_truncated(r);
+        if (r.msg.kind == MsgKind::TagRndvRequest && ev.rlength > 0) r.ready = false;
+    } else {
+        RxPool &pool = ev.pt_index == am_pt ? am_rx : tag_rx;
+        if (!pool.is_catch_all(ev.user_ptr)) {
+            r.buf = pool.take(ev);
+            // A rendezvous' zero-byte announcement took a descriptor; its body is fetched.
+            if (r.msg.kind == MsgKind::TagRndv) RxPool::release_buf(std::exchange(r.buf, RecvBuf{}));
         }
+        r.ready = r.buf.data != nullptr;  // else it met the catch-all, or is an announcement
+    }
+    if (r.ready && deliver_at_once && rx_fifo.empty() && delivered_at_once < kMaxDeliveries) {
+        ++delivered_at_once;
+        if (r.from) processed_from(*r.from);
+        deliver_one(ev, r);
         return;
     }
-    RxPool &pool = ev.pt_index == am_pt ? am_rx : tag_rx;
-    if (!pool.is_catch_all(ev.user_ptr)) {
-        r.buf = pool.take(ev);
-        if (r.msg.kind != MsgKind::TagRndv) return;
-        // A rendezvous' zero-byte announcement took a descriptor; its body is fetched.
-        RxPool::release_buf(std::exchange(r.buf, RecvBuf{}));
-    }
-    r.ready = false;
-    fetch_truncated(r);
+    r.ev = ev;
+    RxEvent &queued = rx_fifo.emplace_back();
+    queued = r;
+    if (!queued.ready) fetch_truncated(queued);
 }
 
 // The message met the catch-all, or is a rendezvous' zero-byte announcement: read it from
@@ -302,21 +311,19 @@ void Iface::fetch_truncated(RxEvent &r) {
 
 // At most kMaxDeliveries per call, like UCX's transports poll a bounded number of
 // completions: the caller's other work (and UCP's probe) sees messages in portions.
-unsigned Iface::deliver_rx() {
-    constexpr unsigned kMaxDeliveries = 64;
+unsigned Iface::deliver_rx(unsigned budget) {
     unsigned n = 0;
-    while (n < kMaxDeliveries && !rx_fifo.empty() && rx_fifo.front().ready) {
-        RxEvent r = rx_fifo.front();
+    while (n < budget && !rx_fifo.empty() && rx_fifo.front().ready) {
+        RxEvent r = rx_fifo.front();  // a handler's receive post may grow the fifo
         rx_fifo.pop_front();
         if (r.from) processed_from(*r.from);
-        deliver_one(r);
+        deliver_one(r.ev, r);
         ++n;
     }
     return n;
 }
 
-void Iface::deliver_one(RxEvent &r) {
-    const ptl_event_t &ev = r.ev;
+void Iface::deliver_one(const ptl_event_t &ev, RxEvent &r) {
     if (ev.pt_index == am_pt) {
         const uint8_t id = uint8_t(ev.match_bits);
         const ucs_status_t s =
@@ -325,7 +332,7 @@ void Iface::deliver_one(RxEvent &r) {
         return;
     }
     if (!r.unexpected) {
-        deliver_expected(r);
+        deliver_expected(ev, r);
         return;
     }
     ++stats.unexpected;
@@ -367,10 +374,9 @@ void Iface::deliver_one(RxEvent &r) {
 
 // A posted receive matched: the message is in the user's buffer, or (rendezvous) its data
 // is fetched into it now.
-void Iface::deliver_expected(RxEvent &r) {
+void Iface::deliver_expected(const ptl_event_t &ev, RxEvent &r) {
     ++stats.expected;
     if (r.msg.kind == MsgKind::TagRndv) ++stats.expected_rndv;
-    const ptl_event_t &ev = r.ev;
     uct_tag_context_t *ctx = r.ctx;
     ctx->tag_consumed_cb(ctx);
     switch (r.msg.kind) {
@@ -384,7 +390,7 @@ void Iface::deliver_expected(RxEvent &r) {
                          r.buf.data || ev.rlength == 0 ? UCS_OK : UCS_ERR_IO_ERROR, 0);
             RxPool::release_buf(r.buf);
             return;
-        case MsgKind::TagRndv: start_rndv_get(r); return;
+        case MsgKind::TagRndv: start_rndv_get(ev, r); return;
         default: ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR); return;
     }
 }
@@ -392,8 +398,7 @@ void Iface::deliver_expected(RxEvent &r) {
 // A rendezvous matched a posted receive: get the data into it from the sender's rendezvous
 // ME (whose GET event completes the send). The announcement's header data names the ME and
 // the length; nothing was written into the receive buffer.
-void Iface::start_rndv_get(RxEvent &r) {
-    const ptl_event_t &ev = r.ev;
+void Iface::start_rndv_get(const ptl_event_t &ev, RxEvent &r) {
     TagRecv *t = tag_recv(r.ctx);
     const uint64_t data_length = rndv_length(ev.hdr_data);
     Op *op = new_fetch_op();

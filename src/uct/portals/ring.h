@@ -27,6 +27,7 @@ public:
         t = T{};
         return t;
     }
+    void push_back(const T &t) { emplace_back() = t; }
     void pop_front() {
         ++head_;
         --size_;

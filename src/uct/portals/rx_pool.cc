@@ -42,7 +42,10 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     layout_ = layout;
     const size_t align = std::max<size_t>(layout.align, 64);
     stride_ = (layout.lead + seg_size + align - 1) / align * align;
-    batch_ = count_ / 8 ? count_ / 8 : 1;
+    // A receiver that is never idle re-posts when fewer than a quarter are posted: one sender
+    // may have its TX_WINDOW (64 by default, a quarter of the default 256) in flight, and what
+    // the pool lacks then meets the catch-all and is fetched, a round trip per message.
+    batch_ = count_ / 4 ? count_ / 4 : 1;
     // Each re-post also swaps the catch-all (two more list operations): idle ones gather a run.
     idle_batch_ = std::min(batch_, kMaxRun);
     if (posix_memalign(reinterpret_cast<void **>(&buf_), align, stride_ * count_)) {
