@@ -119,6 +119,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
     f->print_stats = cfg->stats != 0;
+    f->progress_clock = ucs_get_time();
+    f->idle_grant_delay = ucs_time_from_usec(Iface::kIdleGrantDelayUs);
     if (params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE) f->dev_name = params->mode.device.dev_name;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) f->eager_cb = params->eager_cb;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG) f->eager_arg = params->eager_arg;

@@ -62,7 +62,7 @@ void Iface::send_grant(Peer &p) {
 }
 
 void Iface::send_owed_grants(bool all) {
-    const ucs_time_t due = ucs_get_time() - ucs_time_from_usec(kIdleGrantDelayUs);
+    const ucs_time_t due = progress_clock - idle_grant_delay;
     std::erase_if(owing, [&](Peer *p) {
         if (p->owed && !all && p->owed_since > due) return false;
         if (p->owed) send_grant(*p);

@@ -63,17 +63,18 @@ unsigned Iface::progress() {
     }
     unsigned n = std::exchange(delivered_at_once, 0u);
     if (!rx_fifo.empty()) n += deliver_rx(kMaxDeliveries - std::min(n, kMaxDeliveries));
+    if (n != 0 || ++polls_since_clock >= kPollsPerClockRead) {
+        polls_since_clock = 0;
+        progress_clock = ucs_get_time();
+    }
     if (n == 0 && rx_fifo.empty()) {
         am_rx.repost_when_idle();
         tag_rx.repost_when_idle();
         if (!owing.empty()) send_owed_grants(false);
     }
-    if (!eps.empty()) {
-        const ucs_time_t now = ucs_get_time();
-        if (now >= next_peer_check) {
-            next_peer_check = now + ucs_time_from_msec(kPeerCheckMs);
-            check_peers();
-        }
+    if (!eps.empty() && progress_clock >= next_peer_check) {
+        next_peer_check = progress_clock + ucs_time_from_msec(kPeerCheckMs);
+        check_peers();
     }
     if (zcopy_check_due) report_zcopy_sends();
     if (!flush_checks.empty())
