@@ -1,0 +1,203 @@
+// The shared-memory ring alone, between threads over one segment: each thread attaches its
+// own Ring, as separate processes do. Producers retry a full ring; every wait has a deadline.
+#include <gtest/gtest.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "../src/ptl/wire/shm/shm_ring.h"
+
+using ptl::shm::CellHead;
+using ptl::shm::Ring;
+
+namespace {
+
+constexpr auto kDeadline = std::chrono::seconds(60);
+
+struct Segment {
+    Segment(uint32_t ncells, uint32_t cell_size) : size(Ring::segment_size(ncells, cell_size)) {
+        base = std::aligned_alloc(ptl::shm::kCacheLine, (size + ptl::shm::kCacheLine - 1) /
+                                                            ptl::shm::kCacheLine * ptl::shm::kCacheLine);
+        Ring::format(base, ncells, cell_size, getpid());
+    }
+    ~Segment() { std::free(base); }
+    void attach(Ring &r) const { ASSERT_TRUE(r.attach(base, size)); }
+    size_t size;
+    void *base;
+};
+
+struct MsgHeader {
+    uint32_t producer;
+    uint32_t seq;
+};
+
+unsigned char pattern(uint32_t producer, uint32_t seq, size_t i) {
+    return static_cast<unsigned char>(producer * 131 + seq * 7 + i);
+}
+
+bool push(Ring &r, uint32_t producer, uint32_t seq, const std::vector<unsigned char> &payload) {
+    const MsgHeader h{producer, seq};
+    iovec iov{const_cast<unsigned char *>(payload.data()), payload.size()};
+    return r.try_push(1, producer, &h, sizeof h, &iov, 1, payload.size());
+}
+
+// Pushes until it goes in; false past the deadline or once `stop` is set.
+bool push_retrying(Ring &r, uint32_t producer, uint32_t seq, const std::vector<unsigned char> &payload,
+                   const std::atomic<bool> &stop) {
+    const auto until = std::chrono::steady_clock::now() + kDeadline;
+    while (!push(r, producer, seq, payload)) {
+        if (stop || std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::yield();
+    }
+    return true;
+}
+
+// Frees every message there is; -1 past `max` (a run that does not move the consumer on).
+int drain(Ring &r, int max) {
+    int n = 0;
+    while (const CellHead *h = r.peek()) {
+        if (++n > max) return -1;
+        r.release(h);
+    }
+    return n;
+}
+
+MsgHeader header_of(const CellHead *h) {
+    MsgHeader m;
+    std::memcpy(&m, h + 1, sizeof m);
+    return m;
+}
+
+}  // namespace
+
+// Three producers of messages from empty to several cells long, through a ring small enough
+// to wrap (padding runs) and fill up all the time: each message arrives once, whole, and in
+// its producer's order.
+TEST(ShmRing, MessagesOfManyProducersArriveWholeAndInOrderPerProducer) {
+    constexpr uint32_t kCells = 64, kCellSize = 128, kProducers = 3, kPerProducer = 5000;
+    Segment seg(kCells, kCellSize);
+    Ring consumer;
+    seg.attach(consumer);
+    const size_t max_payload = consumer.max_message_bytes() - sizeof(MsgHeader);
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> producers;
+    for (uint32_t p = 0; p < kProducers; ++p)
+        producers.emplace_back([&, p] {
+            Ring r;
+            seg.attach(r);
+            for (uint32_t s = 0; s < kPerProducer && !failed; ++s) {
+                std::vector<unsigned char> payload((s * 37 + p * 11) % (max_payload + 1));
+                for (size_t i = 0; i < payload.size(); ++i) payload[i] = pattern(p, s, i);
+                if (!push_retrying(r, p, s, payload, failed)) failed = true;
+            }
+        });
+    // Checks one message; a failure stops everything (the producers too).
+    std::vector<uint32_t> next(kProducers, 0);
+    auto check = [&](const CellHead *h) {
+        const MsgHeader m = header_of(h);
+        if (h->header_len != sizeof(MsgHeader) || m.producer >= kProducers || h->src_pid != m.producer) {
+            ADD_FAILURE() << "a message of no producer: header_len " << h->header_len << " producer "
+                          << m.producer;
+            return false;
+        }
+        if (m.seq != next[m.producer]) {
+            ADD_FAILURE() << "producer " << m.producer << ": seq " << m.seq << ", expected "
+                          << next[m.producer];
+            return false;
+        }
+        ++next[m.producer];
+        const size_t len = (m.seq * 37 + m.producer * 11) % (max_payload + 1);
+        const auto *payload = reinterpret_cast<const unsigned char *>(h + 1) + h->header_len;
+        for (size_t i = 0; i < len && h->payload_len == len; ++i)
+            if (payload[i] != pattern(m.producer, m.seq, i)) {
+                ADD_FAILURE() << "producer " << m.producer << " seq " << m.seq << ": byte " << i
+                              << " differs";
+                return false;
+            }
+        if (h->payload_len != len) {
+            ADD_FAILURE() << "producer " << m.producer << " seq " << m.seq << ": " << h->payload_len
+                          << " bytes";
+            return false;
+        }
+        return true;
+    };
+    uint64_t received = 0;
+    const auto until = std::chrono::steady_clock::now() + kDeadline;
+    while (received < uint64_t(kProducers) * kPerProducer && !failed) {
+        const CellHead *h = consumer.peek();
+        if (!h) {
+            if (std::chrono::steady_clock::now() > until) break;
+            std::this_thread::yield();
+            continue;
+        }
+        if (!check(h)) failed = true;
+        consumer.release(h);
+        ++received;
+    }
+    failed = failed || received != uint64_t(kProducers) * kPerProducer;
+    for (auto &t : producers) t.join();
+    EXPECT_EQ(received, uint64_t(kProducers) * kPerProducer);
+    EXPECT_EQ(consumer.peek(), nullptr);
+}
+
+// A full ring refuses instead of overwriting what the consumer has not freed, and takes
+// messages again once it has (the producer's idea of the free room is refreshed).
+TEST(ShmRing, AFullRingRefusesUntilTheConsumerFreesCells) {
+    constexpr uint32_t kCells = 64, kCellSize = 128;
+    Segment seg(kCells, kCellSize);
+    Ring producer, consumer;
+    seg.attach(producer);
+    seg.attach(consumer);
+    const std::vector<unsigned char> small(8, 0x5a);
+    uint32_t pushed = 0;
+    while (pushed < 2 * kCells && push(producer, 0, pushed, small)) ++pushed;
+    EXPECT_EQ(pushed, kCells);  // one cell each
+    EXPECT_FALSE(push(producer, 0, pushed, small));
+    const CellHead *h = consumer.peek();
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(header_of(h).seq, 0u);
+    consumer.release(h);
+    EXPECT_TRUE(push(producer, 0, pushed, small));
+    EXPECT_FALSE(push(producer, 0, pushed + 1, small));
+    for (uint32_t s = 1; s <= pushed; ++s) {
+        h = consumer.peek();
+        ASSERT_NE(h, nullptr) << s;
+        EXPECT_EQ(header_of(h).seq, s);
+        consumer.release(h);
+    }
+    EXPECT_EQ(consumer.peek(), nullptr);
+}
+
+// A cell that was inside a message run holds message bytes where a run's head keeps its
+// sequence number. When the consumer reaches that cell on the next lap before anything was
+// written there, it must find nothing - whatever those bytes were. Here they are exactly the
+// number that would read as published.
+TEST(ShmRing, ACellReachedBeforeItsRunIsWrittenHoldsNothing) {
+    constexpr uint32_t kCells = 64, kCellSize = 128;
+    Segment seg(kCells, kCellSize);
+    Ring producer, consumer;
+    seg.attach(producer);
+    seg.attach(consumer);
+    // A three-cell run at positions 0-2; cell 1 next comes up as position 65, which reads as
+    // published when its sequence number is 66.
+    const size_t seq_in_payload = kCellSize + offsetof(CellHead, seq) - sizeof(CellHead) - sizeof(MsgHeader);
+    std::vector<unsigned char> big(2 * kCellSize, 0);
+    const uint64_t forged = kCells + 1 + 1;
+    std::memcpy(big.data() + seq_in_payload, &forged, sizeof forged);
+    ASSERT_TRUE(push(producer, 0, 0, big));
+    ASSERT_EQ(drain(consumer, 2), 1);
+    const std::vector<unsigned char> small(8, 0);
+    for (uint32_t s = 1; s <= kCells - 3 + 1; ++s) {  // positions 3..64
+        ASSERT_TRUE(push(producer, 0, s, small)) << s;
+        ASSERT_EQ(drain(consumer, 2), 1) << s;
+    }
+    EXPECT_FALSE(consumer.may_hold_message());
+    EXPECT_EQ(consumer.peek(), nullptr);
+}
