@@ -103,6 +103,7 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
     std::memcpy(p, header, header_len);
     p += header_len;
     for (int i = 0; i < payload_count; ++i) {
+        if (payload[i].iov_len == 0) continue;  // its base may be null
         std::memcpy(p, payload[i].iov_base, payload[i].iov_len);
         p += payload[i].iov_len;
     }
