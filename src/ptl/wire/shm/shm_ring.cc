@@ -36,7 +36,8 @@ void Ring::format(void *base, uint32_t ncells, uint32_t cell_size, int32_t owner
     ctl->doorbell.store(0, std::memory_order_relaxed);
     ctl->sleeping.store(0, std::memory_order_relaxed);
     char *data = static_cast<char *>(base) + data_offset();
-    for (uint32_t i = 0; i < ncells; ++i) new (&reinterpret_cast<CellHead *>(data + size_t(i) * cell_size)->seq) std::atomic<uint64_t>(0);
+    for (uint32_t i = 0; i < ncells; ++i)
+        new (&reinterpret_cast<CellHead *>(data + size_t(i) * cell_size)->seq) std::atomic<uint64_t>(0);
     ctl->ready.store(1, std::memory_order_release);
 }
 
