@@ -147,14 +147,21 @@ TEST(ShmRing, MessagesOfManyProducersArriveWholeAndInOrderPerProducer) {
     EXPECT_EQ(consumer.peek(), nullptr);
 }
 
+// A small ring with one producer and the consumer.
+class OneProducerRing : public ::testing::Test {
+protected:
+    static constexpr uint32_t kCells = 64, kCellSize = 128;
+    void SetUp() override {
+        seg.attach(producer);
+        seg.attach(consumer);
+    }
+    Segment seg{kCells, kCellSize};
+    Ring producer, consumer;
+};
+
 // A full ring refuses instead of overwriting what the consumer has not freed, and takes
 // messages again once it has (the producer's idea of the free room is refreshed).
-TEST(ShmRing, AFullRingRefusesUntilTheConsumerFreesCells) {
-    constexpr uint32_t kCells = 64, kCellSize = 128;
-    Segment seg(kCells, kCellSize);
-    Ring producer, consumer;
-    seg.attach(producer);
-    seg.attach(consumer);
+TEST_F(OneProducerRing, AFullRingRefusesUntilTheConsumerFreesCells) {
     const std::vector<unsigned char> small(8, 0x5a);
     uint32_t pushed = 0;
     while (pushed < 2 * kCells && push(producer, 0, pushed, small)) ++pushed;
@@ -179,12 +186,7 @@ TEST(ShmRing, AFullRingRefusesUntilTheConsumerFreesCells) {
 // sequence number. When the consumer reaches that cell on the next lap before anything was
 // written there, it must find nothing - whatever those bytes were. Here they are exactly the
 // number that would read as published.
-TEST(ShmRing, ACellReachedBeforeItsRunIsWrittenHoldsNothing) {
-    constexpr uint32_t kCells = 64, kCellSize = 128;
-    Segment seg(kCells, kCellSize);
-    Ring producer, consumer;
-    seg.attach(producer);
-    seg.attach(consumer);
+TEST_F(OneProducerRing, ACellReachedBeforeItsRunIsWrittenHoldsNothing) {
     // A three-cell run at positions 0-2; cell 1 next comes up as position 65, which reads as
     // published when its sequence number is 66.
     const size_t seq_in_payload = kCellSize + offsetof(CellHead, seq) - sizeof(CellHead) - sizeof(MsgHeader);
