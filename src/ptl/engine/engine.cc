@@ -1031,6 +1031,7 @@ int Engine::progress_locked(uint64_t now_ns) {
     if (!held_.empty()) work += replay_held(t);
     if (loop_->pending()) work += loop_->progress(deliver_);
     work += shm_->progress(deliver_);
+    if (const uint64_t bad = shm_->take_malformed()) count_malformed(bad);
     if (tcp_) {
         work += tcp_->progress(tcp_deliver_, t);
         if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);

@@ -129,20 +129,23 @@ const CellHead *Ring::peek() {
         const uint64_t tail = tail_.load(std::memory_order_relaxed);
         const CellHead *h = head(tail);
         if (h->seq.load(std::memory_order_acquire) != tail + 1) return nullptr;
-        if (h->kind == kPadding) {
-            release(h);
-            continue;
-        }
-        return h;
+        const uint64_t cells = h->ncells;
+        const uint64_t room = ncells_ - (tail & mask_);  // a run never wraps
+        const bool fits = cells >= 1 && cells <= room;
+        if (h->kind == kMessage && fits &&
+            sizeof(CellHead) + h->header_len + uint64_t(h->payload_len) <= cells * cell_size_)
+            return h;
+        if (h->kind != kPadding || !fits) ++malformed_;
+        // A bad run's length is a guess: at least its head cell goes, never past the end.
+        free_run(fits ? cells : 1);
     }
 }
 
-void Ring::release(const CellHead *h) {
-    const uint64_t n = h->ncells;
+void Ring::free_run(uint64_t cells) {
     const uint64_t tail = tail_.load(std::memory_order_relaxed);
-    for (uint64_t i = 0; i < n; ++i) head(tail + i)->seq.store(0, std::memory_order_relaxed);
-    tail_.store(tail + n, std::memory_order_relaxed);
-    ctl_->dequeue_pos.store(tail + n, std::memory_order_release);
+    for (uint64_t i = 0; i < cells; ++i) head(tail + i)->seq.store(0, std::memory_order_relaxed);
+    tail_.store(tail + cells, std::memory_order_relaxed);
+    ctl_->dequeue_pos.store(tail + cells, std::memory_order_release);
 }
 
 bool Ring::empty_for_consumer() {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace ptl::shm {
 
@@ -71,9 +72,14 @@ public:
     bool try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
                   const struct iovec *payload, int payload_count, size_t payload_len);
 
-    // Consumer: the oldest published run, or nullptr. release() frees it.
+    // Consumer: the oldest published message, or nullptr. release() frees it. The head is
+    // checked first, since every local producer can write it: a run that cannot be a
+    // producer's (an unknown kind, a run past the ring's end, lengths beyond the run) is
+    // skipped and counted, never handed on.
     const CellHead *peek();
-    void release(const CellHead *);
+    void release(const CellHead *h) { free_run(h->ncells); }
+    // Runs skipped as malformed since the last call.
+    uint64_t take_malformed() { return std::exchange(malformed_, 0); }
 
     bool empty_for_consumer();
     // Whether a message may be waiting, answered without the consumer's lock (a hint: the
@@ -86,6 +92,7 @@ public:
 
 private:
     void publish_padding(uint64_t pos, uint64_t cells);
+    void free_run(uint64_t cells);
     char *cell(uint64_t pos) const { return data_ + (pos & mask_) * cell_size_; }
     CellHead *head(uint64_t pos) const { return reinterpret_cast<CellHead *>(cell(pos)); }
 
@@ -97,6 +104,7 @@ private:
     // Read by the pushes of one process, under its engine lock.
     uint64_t free_until_ = 0;
     std::atomic<uint64_t> tail_{0};  // written by the consumer only; read by may_hold_message
+    uint64_t malformed_ = 0;         // consumer
 };
 
 }  // namespace ptl::shm

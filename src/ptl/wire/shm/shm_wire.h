@@ -41,6 +41,8 @@ public:
     void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {});
     void wake();
     bool has_backlog() const { return backlog_peers_ > 0; }
+    // Messages dropped as malformed since the last call (the ring's own checks).
+    uint64_t take_malformed() { return rx_.take_malformed(); }
     // Lock-free hint for idle polls: a message may be waiting in our ring.
     bool may_have_incoming() const { return rx_.may_hold_message(); }
     // Processes on this host we have sent to.
