@@ -889,38 +889,6 @@ namespace {
 // when it returned.
 constexpr uint32_t kAppSampleCalls = 16;
 
-// What this thread's locked polls left: EQs found empty, each with the engine's event_seq_
-// of that moment (every event, CT change, EQ free and NI fini moves it). Several, since a
-// UCP worker polls one iface, and so one EQ, per device in turn.
-class EmptyPolls {
-public:
-    bool still_empty(ptl_handle_eq_t h, uint32_t seq) const {
-        if (h == PTL_INVALID_HANDLE) return false;
-        for (const Entry &e : entries_)
-            if (e.eq == h) return e.seq == seq;
-        return false;
-    }
-    void note(ptl_handle_eq_t h, bool empty, uint32_t seq) {
-        for (Entry &e : entries_)
-            if (e.eq == h) {
-                if (!empty) e.eq = PTL_INVALID_HANDLE;
-                e.seq = seq;
-                return;
-            }
-        if (empty) entries_[next_++ % kEntries] = {h, seq};
-    }
-
-private:
-    static constexpr unsigned kEntries = 4;
-    struct Entry {
-        ptl_handle_eq_t eq = PTL_INVALID_HANDLE;
-        uint32_t seq = 0;
-    };
-    Entry entries_[kEntries];
-    unsigned next_ = 0;
-};
-thread_local EmptyPolls empty_polls;
-
 }  // namespace
 
 // One lock for a poll and the events it produced: a UCT progress call made two round trips
@@ -935,8 +903,7 @@ int Engine::app_progress_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max,
     const uint32_t calls = app_calls_.load(std::memory_order_relaxed) + 1;
     const uint32_t turn = calls % kAppSampleCalls;
     if (turn != 0 && turn != kAppSampleCalls - 1 && evs && max && quiet_.load(std::memory_order_acquire) &&
-        empty_polls.still_empty(h, event_seq_.load(std::memory_order_acquire)) &&
-        !shm_->may_have_incoming()) {
+        empty_eqs_.still_empty(h, event_seq_.load(std::memory_order_acquire)) && !shm_->may_have_incoming()) {
         app_calls_.store(calls, std::memory_order_relaxed);
         if (taken) *taken = 0;
         return PTL_EQ_EMPTY;
@@ -946,7 +913,7 @@ int Engine::app_progress_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max,
     if (!e || !evs || max == 0) return PTL_ARG_INVALID;
     app_progress_locked();
     const int rc = take_events(e, evs, max, taken);
-    empty_polls.note(h, e->count == 0, event_seq_.load(std::memory_order_relaxed));
+    empty_eqs_.note(h, e->count == 0, event_seq_.load(std::memory_order_relaxed));
     return rc;
 }
 

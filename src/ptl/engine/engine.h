@@ -18,6 +18,7 @@
 
 #include "../wire/wire.h"
 #include "config.h"
+#include "empty_eqs.h"
 #include "events.h"
 #include "held_messages.h"
 #include "idle_backoff.h"
@@ -246,6 +247,7 @@ private:
     // backlog, tcp connection, pending trigger): app_progress_take may then answer an idle
     // poll without the lock. Set under the lock at the end of each progress and data operation.
     std::atomic<bool> quiet_{false};
+    EmptyEqs empty_eqs_;  // app_progress_take's lock-free answers
 
     // The physical NI: identity and wires, shared by up to four logical NIs (§3.6).
     PeerId self_{};
