@@ -100,12 +100,16 @@ int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) 
         if (err) *err = "in use";
         return -1;
     }
-    // Start where this process's OS pid points rather than at 0: a pid that just became free
-    // (a process that died) is then not handed straight to the next process on the node,
-    // whose peers could otherwise take it for the dead one.
-    const uint32_t start = uint32_t(getpid()) % PTL_PID_MAX;
-    for (uint32_t i = 0; i < PTL_PID_MAX; ++i) {
-        const uint32_t p = (start + i) % PTL_PID_MAX;
+    // Never 0: Open MPI's mtl portals4 publishes pid 0 for its peers on logical addressing,
+    // and its coll portals4 takes a physical pid of 0 for that mark and disqualifies itself
+    // on that rank alone, whose collectives then do not meet the others' (a hang in the
+    // job's first collective). Start where this process's OS pid points rather than at the
+    // bottom: a pid that just became free (a process that died) is then not handed straight
+    // to the next process on the node, whose peers could otherwise take it for the dead one.
+    constexpr uint32_t kChoices = PTL_PID_MAX - 1;  // pids 1 .. PTL_PID_MAX - 1
+    const uint32_t start = uint32_t(getpid()) % kChoices;
+    for (uint32_t i = 0; i < kChoices; ++i) {
+        const uint32_t p = 1 + (start + i) % kChoices;
         const int r = try_lock(nid, p, lock_fd, err);
         if (r == 1) return p;
         if (r < 0) return -1;

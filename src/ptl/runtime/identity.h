@@ -16,8 +16,9 @@ uint32_t select_nid(const std::string &ifname, std::string *chosen, std::string 
 std::string ring_name(uint32_t nid, uint32_t pid);
 std::string lock_path(uint32_t nid, uint32_t pid);
 
-// Takes ownership of `pid` (or, for PTL_PID_ANY, the first free one from getpid() % PTL_PID_MAX
-// on, so a just-freed pid is not reused at once). Returns the pid
+// Takes ownership of `pid` (or, for PTL_PID_ANY, the first free one of 1 .. PTL_PID_MAX - 1
+// from where getpid() points, so a just-freed pid is not reused at once; never 0, which Open
+// MPI reads as the mark of logical addressing). Returns the pid
 // and stores the lock fd (kept open for the process lifetime), or returns -1 with errno-like
 // reason in `err`: "in use" or a system error.
 int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err);
