@@ -64,6 +64,38 @@ if [ -z "${NETNS_HOSTS:-}" ]; then
     for p in p2p coll; do run "btl portals4" $n "$BTL" $p; done
     [ $n = 2 ] && run "btl portals4" $n "$BTL" rma
   done
+  # A rank whose OS pid is a multiple of PTL_PID_MAX (1024): PTL_PID_ANY once gave it Portals
+  # pid 0, which coll portals4 takes for its mtl's mark of logical addressing; it then
+  # disqualified itself on that rank alone, and the job hung in its first collective (one
+  # job in ~250 at 4 ranks). The kernel's next pid is set just below such a multiple
+  # (ns_last_pid: root only) until a rank gets one; each rank records its pid before it
+  # becomes the program (exec keeps it).
+  if [ -w /proc/sys/kernel/ns_last_pid ]; then
+    echo "== mtl+osc+coll portals4: rma, 4 ranks, one with an OS pid that is a multiple of 1024"
+    hit=
+    for before in 9 8 10 7 11 6 12 5 13 14; do
+      m=$((($(cat /proc/sys/kernel/ns_last_pid) / 1024 + 2) * 1024))
+      [ $m -lt "$(cat /proc/sys/kernel/pid_max)" ] || m=2048
+      : >"$progs/pids"
+      echo $((m - before)) >/proc/sys/kernel/ns_last_pid
+      rc=0
+      out=$(timeout 180 "$O/bin/mpirun" $LOCAL $MTL -n 4 sh -c 'echo $$ >>"$0"; exec "$1"' "$progs/pids" \
+        "$progs/rma" </dev/null 2>&1) || rc=$?
+      for pid in $(cat "$progs/pids"); do [ $((pid % 1024)) = 0 ] && hit=$pid; done
+      [ -n "$hit" ] && break
+      [ $rc = 0 ] || { echo "$out"; echo "run_ompi_portals4: rma with 4 ranks failed (status $rc)" >&2; exit 1; }
+    done
+    if [ -z "$hit" ]; then
+      echo "   (no rank got such a pid in 10 tries: other processes took them; not checked)"
+    else
+      [ $rc = 0 ] && [ "$(echo "$out" | grep -c ": rank .* ok")" = 4 ] || {
+        echo "$out"
+        echo "run_ompi_portals4: the job with a rank of OS pid $hit failed (status $rc)" >&2
+        exit 1
+      }
+      echo "   ok (a rank had OS pid $hit)"
+    fi
+  fi
   # The collectives really went through coll portals4 (priority 100 beats tuned's 30).
   echo "== coll portals4 selected"
   timeout 120 "$O/bin/mpirun" $LOCAL $MTL --mca coll_base_verbose 20 -n 2 "$progs/coll" </dev/null \
