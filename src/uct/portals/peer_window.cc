@@ -41,9 +41,8 @@ void Iface::on_grant_event(const ptl_event_t &ev) {
 }
 
 // Counted before the message is handed to UCP, so an answer sent from the callback carries it.
-// The idle-grant timer runs on progress's clock: a stale reading only makes a grant due sooner.
 void Iface::processed_from(Peer &p) {
-    if (p.owed++ == 0) p.owed_since = progress_clock;
+    if (p.owed++ == 0) p.owed_since = ucs_get_time();
     if (p.owed >= grant_batch) {
         send_grant(p);
     } else if (!p.in_owing_list) {
