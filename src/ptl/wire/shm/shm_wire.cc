@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -122,8 +123,16 @@ bool ShmWire::send(PeerId to, const void *header, size_t header_len, const struc
         std::memcpy(d, payload[i].iov_base, payload[i].iov_len);
         d += payload[i].iov_len;
     }
-    if (p->backlog.empty()) ++backlog_peers_;
+    const bool first = p->backlog.empty() && backlog_peers_.fetch_add(1, std::memory_order_seq_cst) == 0;
     p->backlog.push_back(std::move(m));
+    if (first) {
+        // Only our own progress moves a backlog on, and no peer's doorbell will say when: a
+        // progress thread asleep in wait_for_traffic must wake now, not at its timeout (it
+        // slept through a whole burst: 200 ms stalls of a sender that stopped calling in).
+        // Pairs with the fence in wait_for_traffic.
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        rx_.ring_doorbell_if_sleeping();
+    }
     return true;
 }
 
@@ -139,7 +148,7 @@ bool ShmWire::flush_backlog(Peer &p) {
             return false;
         p.backlog.pop_front();
     }
-    --backlog_peers_;
+    backlog_peers_.fetch_sub(1, std::memory_order_relaxed);
     return true;
 }
 
@@ -160,12 +169,12 @@ int ShmWire::progress(const MessageHandler &handler) {
         rx_.release(h);
         ++work;
     }
-    if (backlog_peers_) {
+    if (has_backlog()) {
         for (auto &[id, p] : peers_) {
             if (p->backlog.empty()) continue;
             if (p->dead || peer_dead(id)) {
                 p->backlog.clear();
-                --backlog_peers_;
+                backlog_peers_.fetch_sub(1, std::memory_order_relaxed);
                 continue;
             }
             if (flush_backlog(*p)) ++work;
@@ -212,7 +221,10 @@ void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm
     if (arm_others) arm_others();
     c->sleeping.store(1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (rx_.empty_for_consumer()) {
+    if (has_backlog()) {
+        // Our messages wait for room in a peer's ring: a progress must keep trying.
+        sched_yield();
+    } else if (rx_.empty_for_consumer()) {
         struct timespec ts {
             timeout_us / 1000000, (timeout_us % 1000000) * 1000
         };

@@ -3,6 +3,7 @@
 // with one copy by cross-memory attach (process_vm_readv/writev).
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -36,11 +37,13 @@ public:
                     const uint64_t *keys) override;
     bool peer_dead(PeerId) override;
 
-    // Sleeps until a message arrives, wake() is called, or `timeout_us` passes. `arm_others`
-    // runs once the sleep is committed, so a wake() it causes is never missed.
+    // Sleeps until a message arrives, wake() is called, our own messages wait in a backlog, or
+    // `timeout_us` passes (with a backlog it only yields the CPU). `arm_others` runs once the
+    // sleep is committed, so a wake() it causes is never missed.
     void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {});
     void wake();
-    bool has_backlog() const { return backlog_peers_ > 0; }
+    // Read without the engine lock by a thread about to sleep; changed under it.
+    bool has_backlog() const { return backlog_peers_.load(std::memory_order_relaxed) > 0; }
     // Messages dropped as malformed since the last call (the ring's own checks).
     uint64_t take_malformed() { return rx_.take_malformed(); }
     // Lock-free hint for idle polls: a message may be waiting in our ring.
@@ -74,7 +77,7 @@ private:
     Ring rx_;
     std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
-    int backlog_peers_ = 0;
+    std::atomic<int> backlog_peers_{0};
 };
 
 }  // namespace ptl::shm

@@ -1,0 +1,105 @@
+// Messages that found the receiver's shm ring full wait in the sender's backlog, and only the
+// sender's own progress moves them on: no doorbell rings for them. When the application
+// stops calling Portals after a burst, its progress thread must do it, even if it was asleep
+// waiting for traffic when the backlog began (it slept through whole bursts: a 200 ms stall,
+// PTL_LIVENESS_MS, in half of bench/ptl_pingpong's message-rate runs).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "ptl_test_util.h"
+
+using namespace ptltest;
+
+namespace {
+
+constexpr int kPuts = 2000;  // far more than the receiver's 64-cell ring holds
+constexpr ptl_pt_index_t kPt = 4;
+
+// The sender: opens an NI (its progress thread then falls asleep for want of traffic), learns
+// the target, puts kPuts messages to it, tells the parent, and calls nothing more until told
+// to finish. Forked before the parent opens its NI: a child of a process with an open NI
+// would share it.
+[[noreturn]] void sender(int to_parent, int from_parent) {
+    setenv("PTL_LIVENESS_MS", "60000", 1);  // the sleep a missed wake-up would last
+    unsetenv("PTL_PROGRESS");
+    ptl_handle_ni_t ni;
+    ptl_handle_md_t md;
+    static char buf[8];
+    if (PtlInit() != PTL_OK || PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY,
+                                         nullptr, nullptr, &ni) != PTL_OK)
+        _exit(1);
+    const ptl_md_t d = md_desc(buf, sizeof buf, PTL_EQ_NONE, PTL_CT_NONE, 0);
+    if (PtlMDBind(ni, &d, &md) != PTL_OK) _exit(1);
+    ptl_process_t target;
+    if (read(from_parent, &target, sizeof target) != ssize_t(sizeof target)) _exit(1);
+    usleep(100000);  // long enough for the progress thread to go to sleep
+    for (int i = 0; i < kPuts; ++i)
+        if (PtlPut(md, 0, sizeof buf, PTL_NO_ACK_REQ, target, kPt, 0, 0, nullptr, 0) != PTL_OK) _exit(1);
+    char c = 'p';
+    if (write(to_parent, &c, 1) != 1 || read(from_parent, &c, 1) != 1) _exit(1);
+    PtlMDRelease(md);
+    PtlNIFini(ni);
+    PtlFini();
+    _exit(0);
+}
+
+}  // namespace
+
+TEST(ProgressThread, MovesABacklogOnWhileTheApplicationIsAway) {
+    int up[2], down[2];
+    ASSERT_EQ(pipe(up), 0);
+    ASSERT_EQ(pipe(down), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(up[0]);
+        close(down[1]);
+        sender(up[1], down[0]);
+    }
+    close(up[1]);
+    close(down[0]);
+    // The receiver: a small ring, and no progress thread of its own, so nothing is taken out
+    // of its ring until the burst is over and the sender's backlog holds the rest.
+    setenv("PTL_SHM_CELLS", "64", 1);
+    setenv("PTL_PROGRESS", "manual", 1);
+    ASSERT_EQ(PtlInit(), PTL_OK);
+    unsetenv("PTL_SHM_CELLS");
+    unsetenv("PTL_PROGRESS");
+    ptl_handle_ni_t ni;
+    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
+                        nullptr, &ni),
+              PTL_OK);
+    ptl_process_t self{};
+    ASSERT_EQ(PtlGetPhysId(ni, &self), PTL_OK);
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlCTAlloc(ni, &ct), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, kPt, &pt), PTL_OK);
+    static char rbuf[8];
+    ptl_le_t le{};
+    le.start = rbuf;
+    le.length = sizeof rbuf;
+    le.ct_handle = ct;
+    le.uid = PTL_UID_ANY;
+    le.options = PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM;
+    ptl_handle_le_t leh;
+    ASSERT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &leh), PTL_OK);
+    ASSERT_EQ(write(down[1], &self, sizeof self), ssize_t(sizeof self));
+    char c;
+    ASSERT_EQ(read(up[0], &c, 1), 1) << "the sender failed";
+    // The sender is away now; only its progress thread can deliver what its backlog holds.
+    const ptl_ct_event_t got = ct_wait(ct, kPuts, 10000);
+    EXPECT_EQ(got.success, ptl_size_t(kPuts));
+    EXPECT_EQ(got.failure, 0u);
+    ASSERT_EQ(write(down[1], "x", 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]);
+    close(down[1]);
+    EXPECT_EQ(PtlLEUnlink(leh), PTL_OK);
+    EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+    PtlFini();
+}
