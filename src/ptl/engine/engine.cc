@@ -987,13 +987,25 @@ int Engine::eq_arm(ptl_handle_eq_t h, int fd) {
 
 uint64_t Engine::coarse_now() {
     constexpr uint32_t kCoarseClockCalls = 16;
-    if (++coarse_calls_ % kCoarseClockCalls == 0 || !coarse_now_ns_) coarse_now_ns_ = monotonic_ns();
+    if (++coarse_calls_ >= kCoarseClockCalls || !coarse_now_ns_) {
+        coarse_calls_ = 0;
+        coarse_now_ns_ = monotonic_ns();
+    }
     return coarse_now_ns_;
 }
 
 int Engine::progress_locked(uint64_t now_ns) {
     if (!phys_open_) return 0;
-    const uint64_t t = now_ns ? (coarse_now_ns_ = std::max(coarse_now_ns_, now_ns)) : coarse_now();
+    uint64_t t;
+    if (now_ns) {
+        // A fresh reading restarts the coarse clock's count: an application's polls, sampled
+        // every kAppSampleCalls, then need no reading of their own in between (a third of
+        // the clock reads of a busy poller, perf: clock_gettime 2-4% of its time).
+        t = coarse_now_ns_ = std::max(coarse_now_ns_, now_ns);
+        coarse_calls_ = 0;
+    } else {
+        t = coarse_now();
+    }
     int work = 0;
     if (!held_.empty()) work += replay_held(t);
     if (loop_->pending()) work += loop_->progress(deliver_);
