@@ -78,12 +78,7 @@ TEST(ProgressThread, MovesABacklogOnWhileTheApplicationIsAway) {
     ptl_pt_index_t pt;
     ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, kPt, &pt), PTL_OK);
     static char rbuf[8];
-    ptl_le_t le{};
-    le.start = rbuf;
-    le.length = sizeof rbuf;
-    le.ct_handle = ct;
-    le.uid = PTL_UID_ANY;
-    le.options = PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM;
+    const ptl_le_t le = le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM, ct);
     ptl_handle_le_t leh;
     ASSERT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &leh), PTL_OK);
     ASSERT_EQ(write(down[1], &self, sizeof self), ssize_t(sizeof self));

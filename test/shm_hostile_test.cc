@@ -11,9 +11,8 @@
 #include <cstring>
 #include <string>
 
-#include "../src/ptl/engine/protocol.h"
 #include "../src/ptl/wire/shm/shm_ring.h"
-#include "ptl_test_util.h"
+#include "hostile_ni.h"
 
 using namespace ptltest;
 using ptl::shm::CellHead;
@@ -22,34 +21,18 @@ using ptl::shm::RingControl;
 
 namespace {
 
-constexpr uint64_t kMatchBits = 5;
-
-class ShmHostile : public ::testing::Test {
+class ShmHostile : public HostileNi {
 protected:
     void SetUp() override {
-        ASSERT_EQ(PtlInit(), PTL_OK);
-        ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
-                            nullptr, &ni_),
-                  PTL_OK);
-        ASSERT_EQ(PtlGetPhysId(ni_, &self_), PTL_OK);
-        ASSERT_EQ(PtlEQAlloc(ni_, 64, &eq_), PTL_OK);
-        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 3, &pt_), PTL_OK);
-        ptl_me_t me{};
-        me.start = buf_;
-        me.length = sizeof buf_;
-        me.ct_handle = PTL_CT_NONE;
-        me.uid = PTL_UID_ANY;
-        me.options = PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE;
-        me.match_id.phys.nid = PTL_NID_ANY;
-        me.match_id.phys.pid = PTL_PID_ANY;
-        me.match_bits = kMatchBits;
+        HostileNi::SetUp();
+        if (HasFatalFailure()) return;
+        const ptl_me_t me = me_desc(buf_, sizeof buf_, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, kMatchBits);
         ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &me_), PTL_OK);
         map_own_ring();
     }
     void TearDown() override {
         if (base_) munmap(base_, len_);
-        EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
-        PtlFini();
+        HostileNi::TearDown();
     }
     // The NI's receive ring, mapped as another local process would map it.
     void map_own_ring() {
@@ -65,17 +48,6 @@ protected:
         close(fd);
         ASSERT_NE(base_, MAP_FAILED);
         ASSERT_TRUE(producer_.attach(base_, len_));
-    }
-    ptl::proto::Header put_header(uint64_t length) const {
-        ptl::proto::Header h{};
-        h.op = ptl::proto::kPut;
-        h.ni_index = 2;  // matching, physical
-        h.pt_index = pt_;
-        h.uid = uint32_t(getuid());
-        h.src_rank = PTL_RANK_ANY;
-        h.length = length;
-        h.match_bits = kMatchBits;
-        return h;
     }
     // Writes a put of `data` the way a producer does (reserve, fill, publish), except that
     // `bend` may rewrite the head before it is published.
@@ -107,16 +79,7 @@ protected:
         ASSERT_TRUE(producer_.try_push(self_.phys.nid, self_.phys.pid, &h, sizeof h, &iov, 1, data.size()));
         producer_.ring_doorbell_if_sleeping();
     }
-    ptl_sr_value_t malformed() {
-        ptl_sr_value_t v = -1;
-        EXPECT_EQ(PtlNIStatus(ni_, PTL_SR_MALFORMED_MESSAGES, &v), PTL_OK);
-        return v;
-    }
 
-    ptl_handle_ni_t ni_{};
-    ptl_process_t self_{};
-    ptl_handle_eq_t eq_{};
-    ptl_pt_index_t pt_{};
     ptl_handle_me_t me_{};
     char buf_[64] = {};
     void *base_ = nullptr;

@@ -11,9 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "../src/ptl/engine/protocol.h"
 #include "../src/ptl/wire/tcp/tcp_frame.h"
-#include "ptl_test_util.h"
+#include "hostile_ni.h"
 
 using namespace ptltest;
 using ptl::tcp::FrameHead;
@@ -136,21 +135,11 @@ TEST(TcpFrames, ALyingLengthCostsOnlyTheBytesThatReallyArrive) {
 
 // --- a raw socket against a live NI --------------------------------------------------------
 
-class TcpHostile : public ::testing::Test {
+class TcpHostile : public HostileNi {
 protected:
-    void SetUp() override {
-        ASSERT_EQ(PtlInit(), PTL_OK);
-        ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
-                            nullptr, &ni_),
-                  PTL_OK);
-        ASSERT_EQ(PtlGetPhysId(ni_, &self_), PTL_OK);
-        ASSERT_EQ(PtlEQAlloc(ni_, 64, &eq_), PTL_OK);
-        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 3, &pt_), PTL_OK);
-    }
     void TearDown() override {
         if (fd_ >= 0) close(fd_);
-        EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
-        PtlFini();
+        HostileNi::TearDown();
     }
     // Connects to the NI's tcp port (PTL_TCP_PORT_BASE, default 17000, + pid).
     void connect_raw() {
@@ -164,36 +153,16 @@ protected:
         ASSERT_EQ(connect(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a), 0) << std::strerror(errno);
     }
     void send_raw(const std::string &s) { ASSERT_EQ(write(fd_, s.data(), s.size()), ssize_t(s.size())); }
-    ptl_sr_value_t malformed() {
-        ptl_sr_value_t v = -1;
-        EXPECT_EQ(PtlNIStatus(ni_, PTL_SR_MALFORMED_MESSAGES, &v), PTL_OK);
-        return v;
-    }
     // Waits (bounded) until the malformed counter reaches `want`.
     bool malformed_reaches(ptl_sr_value_t want) {
         for (int i = 0; i < 2000 && malformed() < want; ++i) usleep(1000);
         return malformed() >= want;
-    }
-    ptl::proto::Header put_header(uint64_t length) {
-        ptl::proto::Header h{};
-        h.op = ptl::proto::kPut;
-        h.ni_index = 2;  // matching, physical
-        h.pt_index = pt_;
-        h.uid = uint32_t(getuid());
-        h.src_rank = PTL_RANK_ANY;
-        h.length = length;
-        h.match_bits = 5;
-        return h;
     }
     std::string put_frame(const ptl::proto::Header &h, const std::string &payload) {
         std::string hs;
         append(hs, &h, sizeof h);
         return frame(hs, payload);
     }
-    ptl_handle_ni_t ni_{};
-    ptl_process_t self_{};
-    ptl_handle_eq_t eq_{};
-    ptl_pt_index_t pt_{};
     int fd_ = -1;
 };
 
