@@ -24,6 +24,7 @@
 #include "idle_backoff.h"
 #include "ni.h"
 #include "protocol.h"
+#include "trace.h"
 #include "triggered.h"
 
 namespace ptl {
@@ -261,6 +262,7 @@ private:
     std::unique_ptr<verbs::VerbsWire> verbs_;  // null without an RDMA device
 #endif
     std::unique_ptr<LoopbackWire> loop_;
+    std::unique_ptr<Trace> trace_;  // PTL_TRACE; null otherwise, and read as such on every path
     Ni *nis_[4] = {};
     uint32_t ni_gen_ = 0;
     uint64_t last_liveness_check_ns_ = 0;
@@ -279,6 +281,10 @@ private:
     bool hold_requested_ = false;  // on_request put it off
     bool warned_grace_expired_ = false;
     std::vector<Ct *> changed_cts_;
+
+    // trace.h: a request's arrival and what became of it.
+    void trace_arrival(const Ni *n, const InMessage &m, const proto::Header &h, const char *outcome,
+                       const Entry *e = nullptr, ptl_list_t list = PTL_PRIORITY_LIST);
 };
 
 // The process's engine, made on first use and never destroyed (atexit order must not matter).

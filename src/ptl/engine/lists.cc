@@ -69,6 +69,8 @@ void Engine::maybe_auto_free(Ni *n, Entry *e) {
 }
 
 void Engine::auto_unlink(Ni *n, Pt &pt, Entry *e) {
+    PTL_TRACE(trace_.get(), "ni%u pt %u auto-unlink %s 0x%x", n->index, e->pt, e->is_me ? "me" : "le",
+              e->handle);
     pt.lists[e->list].remove(e);
     e->auto_unlinked = true;
     entry_event(pt, *e, PTL_EVENT_AUTO_UNLINK);
@@ -120,6 +122,11 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     *out = en->handle;
 
     const unsigned o = en->opts();
+    PTL_TRACE(trace_.get(),
+              "ni%u pt %u append %s 0x%x (%s list) bits 0x%llx ignore 0x%llx options 0x%x length %llu",
+              n->index, pti, is_me ? "me" : "le", en->handle,
+              list == PTL_PRIORITY_LIST ? "priority" : "overflow", (unsigned long long)en->desc.match_bits,
+              (unsigned long long)en->desc.ignore_bits, o, (unsigned long long)en->desc.length);
     if (list == PTL_PRIORITY_LIST && pt.unexpected.size) {
         // L4-L6: claim matching unexpected headers, oldest first, before linking.
         const bool inc_rlength =
@@ -132,6 +139,10 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
                 post_event(pt.eq, event_from_header(*u, type, pti, user_ptr, PTL_NI_OK));
             if (uint64_t amt = entry_count_amount(*en, type, true, u->mlength)) ct_add(en->ct, true, amt);
             const uint64_t rlength = u->rlength;
+            PTL_TRACE(trace_.get(),
+                      "ni%u pt %u %s 0x%x claims an unexpected header: bits 0x%llx from 0x%x:%u len %llu",
+                      n->index, pti, is_me ? "me" : "le", en->handle, (unsigned long long)u->match_bits,
+                      u->src_nid, u->src_pid, (unsigned long long)u->rlength);
             consume_header(n, pt, u);
             if (o & PTL_ME_USE_ONCE) {
                 consumed_once = true;
@@ -168,6 +179,7 @@ int Engine::unlink(uint32_t h, bool is_me) {
     Entry *e = n ? n->entry(h, is_me) : nullptr;
     if (!e) return PTL_ARG_INVALID;
     if (e->auto_unlinked || e->uh_count) return PTL_IN_USE;  // U4, L12
+    PTL_TRACE(trace_.get(), "ni%u pt %u unlink %s 0x%x", n->index, e->pt, is_me ? "me" : "le", h);
     n->pts[e->pt].lists[e->list].remove(e);
     n->entries.recycle(split_handle(h).slot);
     return PTL_OK;
@@ -184,9 +196,9 @@ int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     e.user_ptr = user_ptr;
     Pt &pt = n->pts[pti];
     const bool once = d->options & PTL_ME_USE_ONCE;
-    bool found = false;
+    unsigned found = 0;
     for_each_matching_header(*n, pt, e, [&](UnexpectedHeader *u) {
-        found = true;
+        ++found;
         const ptl_event_kind_t type = op == PTL_SEARCH_ONLY ? PTL_EVENT_SEARCH : overflow_kind(u->kind);
         if (pt.eq && entry_allows_full(e, type, true))
             post_event(pt.eq, event_from_header(*u, type, pti, user_ptr, PTL_NI_OK));
@@ -194,6 +206,9 @@ int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
         if (op == PTL_SEARCH_DELETE) consume_header(n, pt, u);
         return !once;
     });
+    PTL_TRACE(trace_.get(), "ni%u pt %u search%s bits 0x%llx ignore 0x%llx: %u unexpected header(s)",
+              n->index, pti, op == PTL_SEARCH_DELETE ? "-delete" : "", (unsigned long long)e.desc.match_bits,
+              (unsigned long long)e.desc.ignore_bits, found);
     if (!(once && found)) {
         // S5/S6: the terminator, also when a persistent search found matches.
         if (pt.eq && entry_allows_full(e, PTL_EVENT_SEARCH, false)) {

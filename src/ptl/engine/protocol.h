@@ -19,6 +19,11 @@ enum Op : uint8_t {
     kOpLast = 7,
 };
 
+inline const char *op_name(uint8_t op) {
+    static const char *const names[] = {"?", "put", "get", "atomic", "fetch-atomic", "swap", "ack", "reply"};
+    return op <= kOpLast ? names[op] : "?";
+}
+
 enum Flags : uint8_t {
     kRendezvous = 1,   // request: payload is not inline; pull it from the segments
     kBulkReply = 2,    // get: write the reply straight into the iovecs in the payload

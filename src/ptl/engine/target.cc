@@ -83,6 +83,12 @@ void Engine::count_malformed(uint64_t amount) {
 
 void Engine::handle_message(const InMessage &m) {
     if (!held_.empty() && carries_request(m)) {  // requests keep their arrival order
+        if (trace_) [[unlikely]] {
+            proto::Header h;
+            std::memcpy(&h, m.header, sizeof h);  // carries_request checked its length
+            if (const Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr)
+                trace_arrival(n, m, h, "held behind earlier held messages");
+        }
         held_.push(m, 0);
         return;
     }
@@ -129,6 +135,8 @@ bool Engine::hold_instead_of_flow_control() {
 void Engine::process_message(const InMessage &m) {
     proto::Header h;
     if (m.header_len != sizeof h) {
+        PTL_TRACE(trace_.get(), "malformed message <- 0x%x:%u dropped: header of %zu bytes", m.from.nid,
+                  m.from.pid, size_t(m.header_len));
         count_malformed();
         return;
     }
@@ -136,10 +144,14 @@ void Engine::process_message(const InMessage &m) {
     Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr;
     if (h.op == 0 || h.op > proto::kOpLast || h.ni_index >= 4 || h.operand_len > 32 ||
         h.operand_len > m.payload_len) {
+        PTL_TRACE(trace_.get(), "malformed message <- 0x%x:%u dropped: op %u ni %u operand %u payload %zu",
+                  m.from.nid, m.from.pid, h.op, h.ni_index, h.operand_len, size_t(m.payload_len));
         count_malformed();
         return;
     }
     if (!n) {
+        PTL_TRACE(trace_.get(), "%s <- 0x%x:%u for ni%u dropped: no such NI here", proto::op_name(h.op),
+                  m.from.nid, m.from.pid, h.ni_index);
         // No such logical NI here: the message is dropped (§4.2.2); tell the initiator so
         // its operation completes.
         if (is_request(h.op))
@@ -212,6 +224,18 @@ void Engine::disable_pt(Ni *n, Pt &pt, Entry *cause, const InMessage &m, const p
     refuse(m, h, PTL_NI_PT_DISABLED);
 }
 
+void Engine::trace_arrival(const Ni *n, const InMessage &m, const proto::Header &h, const char *outcome,
+                           const Entry *e, ptl_list_t list) {
+    char entry[64] = "";
+    if (e)
+        std::snprintf(entry, sizeof entry, " %s 0x%x (%s list)", e->is_me ? "me" : "le", e->handle,
+                      list == PTL_PRIORITY_LIST ? "priority" : "overflow");
+    trace_->line("ni%u %s <- 0x%x:%u%s pt %u bits 0x%llx len %llu op %llu: %s%s", n->index,
+                 proto::op_name(h.op), m.from.nid, m.from.pid, RankNote(n->logical(), h.src_rank).text,
+                 h.pt_index, (unsigned long long)h.match_bits, (unsigned long long)h.length,
+                 (unsigned long long)h.op_id, outcome, entry);
+}
+
 // The error paths are member functions (refuse, silent_drop, disable_pt), not closures: a
 // closure over a dozen locals was built for every message and used by few.
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
@@ -219,8 +243,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const bool rndv = h.flags & proto::kRendezvous;
     const bool reply = wants_reply(op);
     const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
+    Trace *const trace = trace_.get();
 
     if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
+        if (trace) trace_arrival(n, m, h, "dropped: no such portal");
         n->count(PTL_SR_DROP_COUNT);
         refuse(m, h, PTL_NI_DROPPED);
         return;
@@ -228,6 +254,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const ptl_pt_index_t pti = h.pt_index;
     Pt &pt = n->pts[pti];
     if (!pt.enabled) {
+        if (trace) trace_arrival(n, m, h, "dropped: portal disabled");
         n->count(PTL_SR_DROP_COUNT);
         refuse(m, h, PTL_NI_PT_DISABLED);
         return;
@@ -251,20 +278,30 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     }
     if (!e) {
         if (pt.options & PTL_PT_FLOWCTRL) {
-            if (!hold_instead_of_flow_control()) disable_pt(n, pt, nullptr, m, h);
+            if (hold_instead_of_flow_control()) {
+                if (trace) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
+            } else {
+                if (trace) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
+                disable_pt(n, pt, nullptr, m, h);
+            }
         } else if (!(pt.eq && pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti) &&
                      hold_instead_of_flow_control())) {
             // Without flow control an unmatched message is dropped - unless an entry of this
             // portal was used up and the application has not yet read that it was: a client
             // that replaces its receive buffers as it learns of them (Open MPI's btl) gets
             // the grace period to do so instead of losing the message.
+            if (trace) trace_arrival(n, m, h, "dropped: no entry matched");
             silent_drop(n, m, h);
+        } else if (trace) {
+            trace_arrival(n, m, h,
+                          "held: no entry matched, an AUTO_UNLINK is unread (PTL_FLOWCTRL_GRACE_MS)");
         }
         return;
     }
 
     // Permissions end the walk: no fall-through to later entries (M6, tricky point 1).
     if (e->desc.uid != PTL_UID_ANY && e->desc.uid != h.uid) {
+        if (trace) trace_arrival(n, m, h, "refused: the uid is not the entry's", e, list);
         n->count(PTL_SR_PERMISSION_VIOLATIONS);
         refuse(m, h, PTL_NI_PERM_VIOLATION);
         return;
@@ -273,22 +310,34 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
                           : op == proto::kPut || op == proto::kAtomic ? PTL_ME_OP_PUT
                                                                       : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     if ((e->opts() & need) != need) {
+        if (trace) trace_arrival(n, m, h, "refused: the operation is not allowed by", e, list);
         n->count(PTL_SR_OPERATION_VIOLATIONS);
         refuse(m, h, PTL_NI_OP_VIOLATION);
         return;
     }
     const bool keep_header = list == PTL_OVERFLOW_LIST && !(e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
     if (keep_header && n->unexpected >= uint32_t(n->limits.max_unexpected_headers)) {
-        if (!(pt.options & PTL_PT_FLOWCTRL))
+        if (!(pt.options & PTL_PT_FLOWCTRL)) {
+            if (trace) trace_arrival(n, m, h, "dropped: max_unexpected_headers reached, matched", e, list);
             silent_drop(n, m, h);
-        else if (!hold_instead_of_flow_control())
+        } else if (!hold_instead_of_flow_control()) {
+            if (trace)
+                trace_arrival(n, m, h, "portal disabled by flow control: max_unexpected_headers", e, list);
             disable_pt(n, pt, e, m, h);
+        } else if (trace) {
+            trace_arrival(n, m, h, "held: max_unexpected_headers reached (PTL_FLOWCTRL_GRACE_MS)", e, list);
+        }
         return;
     }
     const ptl_event_kind_t kind = comm_kind(op);
     if ((pt.options & PTL_PT_FLOWCTRL) && pt.eq && entry_allows_full(*e, kind, true) &&
         !pt.eq->has_room_for_regular()) {
-        if (!hold_instead_of_flow_control()) disable_pt(n, pt, e, m, h);
+        if (!hold_instead_of_flow_control()) {
+            if (trace) trace_arrival(n, m, h, "portal disabled by flow control: event queue full", e, list);
+            disable_pt(n, pt, e, m, h);
+        } else if (trace) {
+            trace_arrival(n, m, h, "held: event queue full (PTL_FLOWCTRL_GRACE_MS)", e, list);
+        }
         return;
     }
 
@@ -410,6 +459,14 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         pt.unexpected.add(u);
         ++e->uh_count;
         ++n->unexpected;
+    }
+
+    if (trace) [[unlikely]] {
+        char outcome[96];
+        std::snprintf(outcome, sizeof outcome, "%s %llu bytes at offset %llu%s, matched",
+                      fail == PTL_NI_OK ? "delivered" : "failed (segv):", (unsigned long long)mlength,
+                      (unsigned long long)offset, keep_header ? ", header kept as unexpected" : "");
+        trace_arrival(n, m, h, outcome, e, list);
     }
 
     // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;

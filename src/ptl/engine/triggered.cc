@@ -28,6 +28,9 @@ int Engine::triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t thre
     if (n->triggered >= uint32_t(n->limits.max_triggered_ops)) return PTL_NO_SPACE;
     t->triggered.emplace(threshold, op);
     ++n->triggered;
+    PTL_TRACE(trace_.get(), "ni%u triggered %s armed on ct 0x%x at %llu (now %llu)", n->index,
+              trig_kind_name(op.kind), trig_ct, (unsigned long long)threshold,
+              (unsigned long long)t->success.load());
     ct_changed(t);  // fires at once if the threshold is already reached (TR7)
     run_triggers();
     return PTL_OK;
@@ -40,6 +43,8 @@ void Engine::fire_triggers() {
         changed_cts_.pop_back();
         while (!c->triggered.empty() && c->triggered.begin()->first <= c->success.load()) {
             TrigOp op = c->triggered.begin()->second;
+            PTL_TRACE(trace_.get(), "ni%u triggered %s fires: threshold %llu reached", c->ni->index,
+                      trig_kind_name(op.kind), (unsigned long long)c->triggered.begin()->first);
             c->triggered.erase(c->triggered.begin());
             --c->ni->triggered;
             switch (op.kind) {

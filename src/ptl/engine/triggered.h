@@ -11,6 +11,11 @@ namespace ptl {
 
 enum class TrigKind : uint8_t { Put, Get, Atomic, FetchAtomic, Swap, CtInc, CtSet };
 
+inline const char *trig_kind_name(TrigKind k) {
+    static const char *const names[] = {"put", "get", "atomic", "fetch-atomic", "swap", "ct-inc", "ct-set"};
+    return names[static_cast<unsigned>(k)];
+}
+
 struct DataOpArgs {
     ptl_handle_md_t md = PTL_INVALID_HANDLE;      // put md (or the only md)
     ptl_size_t local_offset = 0;
