@@ -257,9 +257,9 @@ int Engine::open_physical(ptl_pid_t pid) {
     }
     if (trace_) {
         trace_->set_identity(nid, uint32_t(got));
-        trace_->line("open: pid %u on %s, PTL_WIRE=%s, tcp %s", uint32_t(got),
-                     iface_name_.empty() ? "-" : iface_name_.c_str(), cfg_.wire_name.c_str(),
-                     tcp_ ? "on" : "off");
+        trace_->notable("open: pid %u on %s, PTL_WIRE=%s, tcp %s", uint32_t(got),
+                        iface_name_.empty() ? "-" : iface_name_.c_str(), cfg_.wire_name.c_str(),
+                        tcp_ ? "on" : "off");
     }
     identity::remove_stale_rings();  // left by processes of this user that were killed
     loop_ = std::make_unique<LoopbackWire>(self_, [this] {
@@ -284,7 +284,7 @@ void Engine::close_physical() {
     identity::release_pid(self_.nid, self_.pid, pid_lock_fd_);
     pid_lock_fd_ = -1;
     phys_open_ = false;
-    PTL_TRACE(trace_.get(), "close");
+    PTL_TRACE_NOTABLE(trace_.get(), "close");
     trace_.reset();
 }
 
@@ -391,9 +391,9 @@ int Engine::ni_init(ptl_interface_t iface, unsigned options, ptl_pid_t pid, cons
     ni_gen_ = (ni_gen_ + 1) % 255;
     n->handle = make_handle(ObjType::Ni, idx, 0, ni_gen_);
     nis_[idx] = n;
-    PTL_TRACE(trace_.get(), "ni%u init: %s, %s", idx,
-              (options & PTL_NI_MATCHING) ? "matching" : "non-matching",
-              (options & PTL_NI_LOGICAL) ? "logical" : "physical");
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u init: %s, %s", idx,
+                      (options & PTL_NI_MATCHING) ? "matching" : "non-matching",
+                      (options & PTL_NI_LOGICAL) ? "logical" : "physical");
     if (actual) *actual = lim;
     *out = n->handle;
     return PTL_OK;
@@ -404,7 +404,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     Ni *n = ni_of(h);
     if (!n) return PTL_ARG_INVALID;
     if (--n->refs > 0) return PTL_OK;
-    PTL_TRACE(trace_.get(), "ni%u fini", n->index);
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u fini", n->index);
     event_seq_.fetch_add(1, std::memory_order_release);  // its EQs are gone (app_progress_take)
     nis_[n->index] = nullptr;
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
@@ -510,7 +510,8 @@ int Engine::pt_alloc(ptl_handle_ni_t h, unsigned options, ptl_handle_eq_t eqh, p
         eq->fit_reserved();
     }
     *out = idx;
-    PTL_TRACE(trace_.get(), "ni%u pt %u alloc: options 0x%x%s", n->index, idx, options, eq ? ", eq" : "");
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u alloc: options 0x%x%s", n->index, idx, options,
+                      eq ? ", eq" : "");
     return PTL_OK;
 }
 
@@ -522,7 +523,7 @@ int Engine::pt_free(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     if (pt.entries() || pt.unexpected.size) return PTL_PT_IN_USE;
     if (pt.eq && (pt.options & PTL_PT_FLOWCTRL) && pt.eq->reserved) --pt.eq->reserved;
     pt = Pt();
-    PTL_TRACE(trace_.get(), "ni%u pt %u free", n->index, idx);
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u free", n->index, idx);
     return PTL_OK;
 }
 
@@ -533,7 +534,7 @@ int Engine::pt_disable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     Ni *n = ni_of(h);
     if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
     n->pts[idx].enabled = false;
-    PTL_TRACE(trace_.get(), "ni%u pt %u disabled by the application", n->index, idx);
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u disabled by the application", n->index, idx);
     return PTL_OK;
 }
 
@@ -542,7 +543,7 @@ int Engine::pt_enable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     Ni *n = ni_of(h);
     if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
     n->pts[idx].enabled = true;
-    PTL_TRACE(trace_.get(), "ni%u pt %u enabled", n->index, idx);
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u enabled", n->index, idx);
     return PTL_OK;
 }
 

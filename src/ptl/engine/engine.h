@@ -279,12 +279,13 @@ private:
     HeldMessages held_;
     bool hold_allowed_ = false;    // the message being processed may be held
     bool hold_requested_ = false;  // on_request put it off
+    bool hold_traced_ = false;     // the message being processed was traced as held before
     bool warned_grace_expired_ = false;
     std::vector<Ct *> changed_cts_;
 
-    // trace.h: a request's arrival and what became of it.
+    // trace.h: a request's arrival and what became of it (notable unless it was delivered).
     void trace_arrival(const Ni *n, const InMessage &m, const proto::Header &h, const char *outcome,
-                       const Entry *e = nullptr, ptl_list_t list = PTL_PRIORITY_LIST);
+                       const Entry *e = nullptr, ptl_list_t list = PTL_PRIORITY_LIST, bool notable = true);
 };
 
 // The process's engine, made on first use and never destroyed (atexit order must not matter).

@@ -179,10 +179,12 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
         h.op_id = n->pending.add(p);
     }
     const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
-    PTL_TRACE(trace_.get(), "ni%u %s -> 0x%x:%u%s pt %u bits 0x%llx len %llu ack %d op %llu%s%s", n->index,
-              proto::op_name(op), peer.nid, peer.pid, RankNote(n->logical(), a.target.rank).text, a.pt_index,
-              (unsigned long long)a.match_bits, (unsigned long long)a.length, int(ack_req),
-              (unsigned long long)h.op_id, rndv ? " rendezvous" : "", sent ? "" : ": undeliverable");
+    if (trace_) [[unlikely]]
+        trace_->line_or_notable(
+            !sent, "ni%u %s -> 0x%x:%u%s pt %u bits 0x%llx len %llu ack %d op %llu%s%s", n->index,
+            proto::op_name(op), peer.nid, peer.pid, RankNote(n->logical(), a.target.rank).text, a.pt_index,
+            (unsigned long long)a.match_bits, (unsigned long long)a.length, int(ack_req),
+            (unsigned long long)h.op_id, rndv ? " rendezvous" : "", sent ? "" : ": undeliverable");
     if (!sent) {
         PendingOp unused;
         if (response_due) n->pending.take(h.op_id, &unused);
@@ -206,9 +208,11 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
 void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
     PendingOp p;
     const bool known = n->pending.take_response(h.op_id, from, &p);
-    PTL_TRACE(trace_.get(), "ni%u ack <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index, from.nid,
-              from.pid, (unsigned long long)h.op_id, int(h.ni_fail), (unsigned long long)h.mlength,
-              known ? "" : ": no such operation, dropped");
+    if (trace_) [[unlikely]]
+        trace_->line_or_notable(!known || h.ni_fail != PTL_NI_OK,
+                                "ni%u ack <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index, from.nid,
+                                from.pid, (unsigned long long)h.op_id, int(h.ni_fail),
+                                (unsigned long long)h.mlength, known ? "" : ": no such operation, dropped");
     if (!known) {
         n->count(PTL_SR_DROP_COUNT);
         return;
@@ -243,9 +247,11 @@ void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
 void Engine::on_reply(Ni *n, PeerId from, const proto::Header &h, const void *payload, size_t len) {
     PendingOp p;
     const bool known = n->pending.take_response(h.op_id, from, &p);
-    PTL_TRACE(trace_.get(), "ni%u reply <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index, from.nid,
-              from.pid, (unsigned long long)h.op_id, int(h.ni_fail), (unsigned long long)h.mlength,
-              known ? "" : ": no such operation, dropped");
+    if (trace_) [[unlikely]]
+        trace_->line_or_notable(!known || h.ni_fail != PTL_NI_OK,
+                                "ni%u reply <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index, from.nid,
+                                from.pid, (unsigned long long)h.op_id, int(h.ni_fail),
+                                (unsigned long long)h.mlength, known ? "" : ": no such operation, dropped");
     if (!known) {
         n->count(PTL_SR_DROP_COUNT);
         return;
@@ -276,8 +282,8 @@ void Engine::release_export(const PendingOp &p) {
 void Engine::fail_op(Ni *n, uint64_t id, ptl_ni_fail_t fail) {
     PendingOp p;
     if (!n->pending.take(id, &p)) return;
-    PTL_TRACE(trace_.get(), "ni%u op %llu to 0x%x:%u failed locally: fail %d", n->index,
-              (unsigned long long)id, p.peer.nid, p.peer.pid, int(fail));
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u op %llu to 0x%x:%u failed locally: fail %d", n->index,
+                      (unsigned long long)id, p.peer.nid, p.peer.pid, int(fail));
     release_export(p);
     if (Md *md = n->md(p.put_md)) {
         if (p.send_due) {

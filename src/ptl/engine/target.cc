@@ -87,13 +87,15 @@ void Engine::handle_message(const InMessage &m) {
             proto::Header h;
             std::memcpy(&h, m.header, sizeof h);  // carries_request checked its length
             if (const Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr)
-                trace_arrival(n, m, h, "held behind earlier held messages");
+                trace_arrival(n, m, h, "held behind earlier held messages", nullptr, PTL_PRIORITY_LIST,
+                              false);
         }
         held_.push(m, 0);
         return;
     }
     hold_allowed_ = cfg_.flowctrl_grace_ms > 0;
     hold_requested_ = false;
+    hold_traced_ = false;
     process_message(m);
     if (hold_requested_) held_.push(m, coarse_now());
 }
@@ -104,6 +106,7 @@ int Engine::replay_held(uint64_t now_ns) {
         const uint64_t held_at = held_.front_held_at_ns();
         hold_allowed_ = held_at == 0 || now_ns - held_at < uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
         hold_requested_ = false;
+        hold_traced_ = held_at != 0;  // its hold began at an earlier try
         process_message(held_.front());
         if (hold_requested_) {
             if (held_at == 0) held_.set_front_held_at(now_ns);
@@ -135,8 +138,8 @@ bool Engine::hold_instead_of_flow_control() {
 void Engine::process_message(const InMessage &m) {
     proto::Header h;
     if (m.header_len != sizeof h) {
-        PTL_TRACE(trace_.get(), "malformed message <- 0x%x:%u dropped: header of %zu bytes", m.from.nid,
-                  m.from.pid, size_t(m.header_len));
+        PTL_TRACE_NOTABLE(trace_.get(), "malformed message <- 0x%x:%u dropped: header of %zu bytes",
+                          m.from.nid, m.from.pid, size_t(m.header_len));
         count_malformed();
         return;
     }
@@ -144,14 +147,15 @@ void Engine::process_message(const InMessage &m) {
     Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr;
     if (h.op == 0 || h.op > proto::kOpLast || h.ni_index >= 4 || h.operand_len > 32 ||
         h.operand_len > m.payload_len) {
-        PTL_TRACE(trace_.get(), "malformed message <- 0x%x:%u dropped: op %u ni %u operand %u payload %zu",
-                  m.from.nid, m.from.pid, h.op, h.ni_index, h.operand_len, size_t(m.payload_len));
+        PTL_TRACE_NOTABLE(trace_.get(),
+                          "malformed message <- 0x%x:%u dropped: op %u ni %u operand %u payload %zu",
+                          m.from.nid, m.from.pid, h.op, h.ni_index, h.operand_len, size_t(m.payload_len));
         count_malformed();
         return;
     }
     if (!n) {
-        PTL_TRACE(trace_.get(), "%s <- 0x%x:%u for ni%u dropped: no such NI here", proto::op_name(h.op),
-                  m.from.nid, m.from.pid, h.ni_index);
+        PTL_TRACE_NOTABLE(trace_.get(), "%s <- 0x%x:%u for ni%u dropped: no such NI here",
+                          proto::op_name(h.op), m.from.nid, m.from.pid, h.ni_index);
         // No such logical NI here: the message is dropped (§4.2.2); tell the initiator so
         // its operation completes.
         if (is_request(h.op))
@@ -225,15 +229,16 @@ void Engine::disable_pt(Ni *n, Pt &pt, Entry *cause, const InMessage &m, const p
 }
 
 void Engine::trace_arrival(const Ni *n, const InMessage &m, const proto::Header &h, const char *outcome,
-                           const Entry *e, ptl_list_t list) {
+                           const Entry *e, ptl_list_t list, bool notable) {
     char entry[64] = "";
     if (e)
         std::snprintf(entry, sizeof entry, " %s 0x%x (%s list)", e->is_me ? "me" : "le", e->handle,
                       list == PTL_PRIORITY_LIST ? "priority" : "overflow");
-    trace_->line("ni%u %s <- 0x%x:%u%s pt %u bits 0x%llx len %llu op %llu: %s%s", n->index,
-                 proto::op_name(h.op), m.from.nid, m.from.pid, RankNote(n->logical(), h.src_rank).text,
-                 h.pt_index, (unsigned long long)h.match_bits, (unsigned long long)h.length,
-                 (unsigned long long)h.op_id, outcome, entry);
+    trace_->line_or_notable(notable, "ni%u %s <- 0x%x:%u%s pt %u bits 0x%llx len %llu op %llu: %s%s",
+                            n->index, proto::op_name(h.op), m.from.nid, m.from.pid,
+                            RankNote(n->logical(), h.src_rank).text, h.pt_index,
+                            (unsigned long long)h.match_bits, (unsigned long long)h.length,
+                            (unsigned long long)h.op_id, outcome, entry);
 }
 
 // The error paths are member functions (refuse, silent_drop, disable_pt), not closures: a
@@ -244,6 +249,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const bool reply = wants_reply(op);
     const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
     Trace *const trace = trace_.get();
+    Trace *const hold_trace = hold_traced_ ? nullptr : trace;  // a hold is traced when it begins
 
     if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
         if (trace) trace_arrival(n, m, h, "dropped: no such portal");
@@ -279,7 +285,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     if (!e) {
         if (pt.options & PTL_PT_FLOWCTRL) {
             if (hold_instead_of_flow_control()) {
-                if (trace) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
+                if (hold_trace) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
             } else {
                 if (trace) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
                 disable_pt(n, pt, nullptr, m, h);
@@ -292,7 +298,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
             // the grace period to do so instead of losing the message.
             if (trace) trace_arrival(n, m, h, "dropped: no entry matched");
             silent_drop(n, m, h);
-        } else if (trace) {
+        } else if (hold_trace) {
             trace_arrival(n, m, h,
                           "held: no entry matched, an AUTO_UNLINK is unread (PTL_FLOWCTRL_GRACE_MS)");
         }
@@ -324,7 +330,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
             if (trace)
                 trace_arrival(n, m, h, "portal disabled by flow control: max_unexpected_headers", e, list);
             disable_pt(n, pt, e, m, h);
-        } else if (trace) {
+        } else if (hold_trace) {
             trace_arrival(n, m, h, "held: max_unexpected_headers reached (PTL_FLOWCTRL_GRACE_MS)", e, list);
         }
         return;
@@ -335,7 +341,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         if (!hold_instead_of_flow_control()) {
             if (trace) trace_arrival(n, m, h, "portal disabled by flow control: event queue full", e, list);
             disable_pt(n, pt, e, m, h);
-        } else if (trace) {
+        } else if (hold_trace) {
             trace_arrival(n, m, h, "held: event queue full (PTL_FLOWCTRL_GRACE_MS)", e, list);
         }
         return;
@@ -466,7 +472,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         std::snprintf(outcome, sizeof outcome, "%s %llu bytes at offset %llu%s, matched",
                       fail == PTL_NI_OK ? "delivered" : "failed (segv):", (unsigned long long)mlength,
                       (unsigned long long)offset, keep_header ? ", header kept as unexpected" : "");
-        trace_arrival(n, m, h, outcome, e, list);
+        trace_arrival(n, m, h, outcome, e, list, fail != PTL_NI_OK);
     }
 
     // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;

@@ -39,8 +39,8 @@ std::unique_ptr<Trace> Trace::open(const std::string &dir, long mb, std::string 
         *err = "cannot create " + t->path_ + ": " + std::strerror(errno);
         return nullptr;
     }
-    t->slots_ = size_t(std::max(mb, 1L)) * (1u << 20) / kLineBytes;
-    t->bytes_ = t->slots_ * kLineBytes;
+    const size_t slots = size_t(std::max(mb, 1L)) * (1u << 20) / kLineBytes;
+    t->bytes_ = slots * kLineBytes;
     void *m = ftruncate(fd, off_t(t->bytes_)) == 0
                   ? mmap(nullptr, t->bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                   : MAP_FAILED;
@@ -52,6 +52,10 @@ std::unique_ptr<Trace> Trace::open(const std::string &dir, long mb, std::string 
         return nullptr;
     }
     t->map_ = static_cast<char *>(m);
+    t->notable_.slots = slots / 8;
+    t->notable_.base = t->map_;
+    t->ordinary_.slots = slots - t->notable_.slots;
+    t->ordinary_.base = t->map_ + t->notable_.slots * kLineBytes;
     // Empty lines where nothing was written yet, so the file reads as text from the start.
     std::memset(t->map_, '\n', t->bytes_);
     std::snprintf(t->who_, sizeof t->who_, "%s:%d -", host.c_str(), int(getpid()));
@@ -71,6 +75,27 @@ void Trace::set_identity(uint32_t nid, uint32_t pid) {
 }
 
 void Trace::line(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write(ordinary_, fmt, ap);
+    va_end(ap);
+}
+
+void Trace::notable(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write(notable_, fmt, ap);
+    va_end(ap);
+}
+
+void Trace::line_or_notable(bool is_notable, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    write(is_notable ? notable_ : ordinary_, fmt, ap);
+    va_end(ap);
+}
+
+void Trace::write(Ring &r, const char *fmt, va_list ap) {
     timespec ts{};
     clock_gettime(CLOCK_REALTIME, &ts);
     char buf[kLineBytes + 1];
@@ -78,15 +103,12 @@ void Trace::line(const char *fmt, ...) {
         std::snprintf(buf, sizeof buf, "%lld.%09ld %s ", static_cast<long long>(ts.tv_sec), ts.tv_nsec, who_);
     if (n < 0) return;
     n = std::min<int>(n, kLineBytes);
-    va_list ap;
-    va_start(ap, fmt);
     const int body = std::vsnprintf(buf + n, sizeof buf - size_t(n), fmt, ap);
-    va_end(ap);
     size_t len = size_t(n) + size_t(std::max(body, 0));
     len = std::min(len, kLineBytes - 1);  // room for the newline
     // Slots are claimed atomically, so concurrent writers never share one.
-    const uint64_t slot = next_.fetch_add(1, std::memory_order_relaxed) % slots_;
-    char *p = map_ + slot * kLineBytes;
+    const uint64_t slot = r.next.fetch_add(1, std::memory_order_relaxed) % r.slots;
+    char *p = r.base + slot * kLineBytes;
     std::memcpy(p, buf, len);
     std::memset(p + len, '\n', kLineBytes - len);
 }

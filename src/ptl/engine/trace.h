@@ -3,12 +3,16 @@
 // or enabled, per triggered operation armed or fired. The lines go into
 // DIR/ptl-trace.HOST.OSPID, a file mapped shared: what a hung or killed process did is on disk
 // without its help, which is what a distributed hang needs. PTL_TRACE_MB (default 16) bounds
-// the file; the oldest lines are overwritten. A line starts with the wall-clock time, so
+// the file; the oldest lines are overwritten. Notable lines (a message dropped, held, refused
+// or failed; NIs and portals opened and closed) have an eighth of the file to themselves, so
+// the flood of ordinary ones that follows a lost message does not wipe out its trace. A line
+// starts with the wall-clock time, so
 //   grep -ah . DIR/ptl-trace.* | sort
 // interleaves the processes of a job (on one host, or hosts with synchronised clocks).
 #pragma once
 
 #include <atomic>
+#include <cstdarg>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,14 +35,23 @@ public:
     // Sets who this process is in the Portals sense, for the lines that follow.
     void set_identity(uint32_t nid, uint32_t pid);
     void line(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    void notable(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    void line_or_notable(bool is_notable, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
     const std::string &path() const { return path_; }
 
 private:
+    // Lines written in turn into `slots` slots from `base`, the oldest overwritten.
+    struct Ring {
+        char *base = nullptr;
+        size_t slots = 0;
+        std::atomic<uint64_t> next{0};
+    };
     Trace() = default;
+    void write(Ring &r, const char *fmt, va_list ap);
     std::string path_;
     char *map_ = nullptr;
-    size_t bytes_ = 0, slots_ = 0;
-    std::atomic<uint64_t> next_{0};
+    size_t bytes_ = 0;
+    Ring ordinary_, notable_;
     char who_[80] = {};  // "host:ospid nid:pid"
 };
 
@@ -55,4 +68,9 @@ struct RankNote {
     do {                                     \
         if ((trace) != nullptr) [[unlikely]] \
             (trace)->line(__VA_ARGS__);      \
+    } while (0)
+#define PTL_TRACE_NOTABLE(trace, ...)        \
+    do {                                     \
+        if ((trace) != nullptr) [[unlikely]] \
+            (trace)->notable(__VA_ARGS__);   \
     } while (0)
