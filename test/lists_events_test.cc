@@ -2,6 +2,8 @@
 // unlink, truncation, locally managed offsets and full events. Rule IDs in test names.
 #include <portals4_ext.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -98,6 +100,7 @@ LISTS_WITH(ListsEqGrowsToFour, "PTL_EQ_GROW_MAX", "4");
 LISTS_WITH(ListsStrictFlowControl, "PTL_FLOWCTRL_GRACE_MS", "0");
 LISTS_WITH(ListsLongGrace, "PTL_FLOWCTRL_GRACE_MS", "60000");
 LISTS_WITH(ListsShortGrace, "PTL_FLOWCTRL_GRACE_MS", "50");
+LISTS_WITH(ListsGrace300, "PTL_FLOWCTRL_GRACE_MS", "300");
 LISTS_WITH(ListsManualProgress, "PTL_PROGRESS", "manual");
 
 TEST_F(Lists, M1_MatchBitsWithIgnoreBits_and_L1_PriorityBeforeOverflow) {
@@ -575,11 +578,81 @@ TEST_F(ListsLongGrace, FC1_UnmatchedPutWaitsWhileAUsedUpEntryIsUnread) {
     EXPECT_EQ(ev.user_ptr, (void *)2);
     EXPECT_EQ(std::memcmp(second + 4, src_, 4), 0);
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
-    // Every unlink read, nothing posted: an unmatched put is dropped at once (X3: no response).
-    const uint64_t drops_before = drop_count();
+    EXPECT_EQ(drop_count(), 0u);
+}
+
+// The replacement comes after the application read the unlink, from the thread that read it,
+// while the engine's progress runs on another: an unmatched put that arrives in between waits.
+// Here the application takes 100 ms (of a 300 ms grace period) to post the new entry.
+TEST_F(ListsGrace300, FC1_UnmatchedPutWaitsWhileAUsedUpEntryIsBeingReplaced) {
+    char first[8] = {}, second[8] = {};
+    append(pt_, me_desc(first, sizeof first, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)1);
     ASSERT_EQ(put(4, 0), PTL_OK);
-    sync_point();
-    EXPECT_EQ(drop_count(), drops_before + 1);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);  // read: the replacement begins
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ, 4), PTL_OK);
+    usleep(100000);  // the application is slow to post it
+    append(pt_, me_desc(second, sizeof second, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)2);
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)2);
+    EXPECT_EQ(std::memcmp(second + 4, src_, 4), 0);
+    ev = next_event(md_eq_);
+    while (ev.type == PTL_EVENT_SEND) ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_ACK);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+    EXPECT_EQ(drop_count(), 0u);
+}
+
+// A client that reads its queue slowly (Open MPI's btl takes one event per progress call and
+// fell more than a second behind on an oversubscribed host) may reach the unlink only after
+// the grace period: while it keeps reading that queue, the grace period restarts. Here it
+// reads one event per 50 ms, 600 ms in all, against a grace period of 300 ms.
+TEST_F(ListsGrace300, FC1_UnmatchedPutWaitsWhileTheApplicationReadsTowardsTheUnlink) {
+    char busy[8] = {}, first[8] = {}, second[8] = {};
+    append(pt_, me_desc(busy, sizeof busy, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 1), PTL_PRIORITY_LIST,
+           (void *)3);
+    append(pt_, me_desc(first, sizeof first, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)1);
+    constexpr int kAhead = 10;  // events queued before the unlink
+    for (int i = 0; i < kAhead; ++i) ASSERT_EQ(put(1, 1), PTL_OK);
+    ASSERT_EQ(put(4, 0), PTL_OK);                  // uses up the first entry
+    ASSERT_EQ(put(4, 0, PTL_ACK_REQ, 4), PTL_OK);  // finds none: waits
+    for (int i = 0; i < kAhead; ++i) {
+        usleep(50000);
+        ptl_event_t ev = next_event(eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+        EXPECT_EQ(ev.user_ptr, (void *)3);
+    }
+    usleep(50000);
+    EXPECT_EQ(next_event(eq_).user_ptr, (void *)1);
+    usleep(50000);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    append(pt_, me_desc(second, sizeof second, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)2);
+    ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.user_ptr, (void *)2);
+    EXPECT_EQ(drop_count(), 0u);
+}
+
+// Every unlink read and nothing posted within the grace period: an unmatched put is dropped
+// (X3: no response), a grace period after the read.
+TEST_F(ListsShortGrace, FC1_UnmatchedPutIsDroppedAGracePeriodAfterTheUnlinkWasRead) {
+    char first[8] = {};
+    append(pt_, me_desc(first, sizeof first, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE),
+           PTL_PRIORITY_LIST, (void *)1);
+    ASSERT_EQ(put(4, 0), PTL_OK);
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT);
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    ASSERT_EQ(put(4, 0), PTL_OK);
+    const auto deadline = start + std::chrono::milliseconds(kTimeoutMs);
+    while (drop_count() == 0 && std::chrono::steady_clock::now() < deadline) usleep(1000);
+    EXPECT_EQ(drop_count(), 1u);
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
 }
 
 TEST_F(ListsStrictFlowControl, EQ4_ReservedSlotIsReusedWhenAFlowControlledPTIsAllocatedAgain) {

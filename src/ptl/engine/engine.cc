@@ -673,12 +673,12 @@ int Engine::eq_get(ptl_handle_eq_t h, ptl_event_t *ev) {
     // wires once, when it finds it empty, not once per event.
     if (e->count) {
         backoff_.reset();
-        return e->pop(ev);
+        return pop_event(e, ev);
     }
     progress_locked();
     if (!(e = eq_of(h))) return PTL_ARG_INVALID;
     if (e->waiters) return PTL_EQ_EMPTY;
-    const int rc = e->pop(ev);
+    const int rc = pop_event(e, ev);
     if (rc == PTL_EQ_EMPTY) {
         lk.unlock();
         backoff_.empty_poll();
@@ -703,7 +703,7 @@ int Engine::eq_poll(const ptl_handle_eq_t *hs, unsigned size, ptl_time_t timeout
         for (unsigned i = 0; i < size; ++i) {
             if (eqs[i]->count) {
                 if (which) *which = i;
-                return eqs[i]->pop(ev);
+                return pop_event(eqs[i], ev);
             }
         }
         return -1;
@@ -980,13 +980,22 @@ int Engine::eq_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max, unsigned 
     return take_events(e, evs, max, taken);
 }
 
+int Engine::pop_event(Eq *e, ptl_event_t *ev) {
+    const int rc = e->pop(ev);
+    // The application may now be replacing the entry: held_messages.h.
+    if (rc != PTL_EQ_EMPTY && ev->type == PTL_EVENT_AUTO_UNLINK && e->ni && ev->pt_index < e->ni->pts.size())
+        [[unlikely]]
+        e->ni->pts[ev->pt_index].unlink_read_ns = monotonic_ns();
+    return rc;
+}
+
 int Engine::take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken) {
     unsigned n = 0;
     int rc = PTL_EQ_EMPTY;
     // A blocked PtlEQWait has priority, as in eq_get. Only the first event taken can follow
     // an overflow: no event is posted while the lock is held.
     if (!e->waiters)
-        for (int r; n < max && (r = e->pop(&evs[n])) != PTL_EQ_EMPTY; ++n)
+        for (int r; n < max && (r = pop_event(e, &evs[n])) != PTL_EQ_EMPTY; ++n)
             if (n == 0) rc = r;
     if (taken) *taken = n;
     return rc;

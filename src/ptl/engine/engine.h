@@ -156,6 +156,7 @@ private:
     void note_send_left_work();
     int app_progress_locked();
     int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
+    int pop_event(Eq *e, ptl_event_t *ev);  // every read of an event by the application
     uint64_t coarse_now();
     void handle_message(const InMessage &m);
     void process_message(const InMessage &m);
@@ -163,6 +164,8 @@ private:
     int replay_held(uint64_t now_ns);
     // In on_request: whether this message may still be held instead of triggering flow control.
     bool hold_instead_of_flow_control();
+    bool hold_until_unlink_read(const Eq &eq);
+    bool hold_for_replaced_entry(const Pt &pt, ptl_pt_index_t pti);
     Wire *wire_for(PeerId p);
     // No wire reaches it (unreachable node) or its wire saw it die: operations to it fail.
     bool peer_gone(PeerId p);
@@ -279,7 +282,12 @@ private:
     HeldMessages held_;
     bool hold_allowed_ = false;    // the message being processed may be held
     bool hold_requested_ = false;  // on_request put it off
-    bool hold_traced_ = false;     // the message being processed was traced as held before
+    // hold_until_unlink_read: the queue's reads when the message's grace period last started
+    // (in), its reads now and whether the grace period restarts (out).
+    uint64_t hold_queue_read_ = HeldMessages::kNoQueue;
+    uint64_t hold_queue_read_now_ = HeldMessages::kNoQueue;
+    bool hold_restarted_ = false;
+    bool hold_traced_ = false;  // the message being processed was traced as held before
     bool warned_grace_expired_ = false;
     std::vector<Ct *> changed_cts_;
 

@@ -28,6 +28,7 @@ struct Eq {
     int notify_fd = -1;     // one-shot wake-up armed by PtlXEQArm (portals4_ext.h)
 
     uint64_t requested;  // the count given to PtlEQAlloc (or PtlXEQGrow)
+    uint64_t taken = 0;  // events the application has read (held_messages.h)
 
     explicit Eq(uint64_t capacity) : ring(capacity), requested(capacity) {}
 
@@ -89,6 +90,7 @@ struct Eq {
         *ev = ring[head];
         head = next(head);
         --count;
+        ++taken;
         const bool d = dropped;
         dropped = false;
         return d ? PTL_EQ_DROPPED : PTL_OK;

@@ -7,6 +7,12 @@
 // PTL_FLOWCTRL_GRACE_MS has passed; only then is the entry disabled. An MPI library that drains its event
 // queue a moment late (Open MPI's mtl posts a thousand receives before it polls) then never pays for a
 // flow-control recovery.
+// A request that found no entry on a portal without flow control, while an entry of that portal
+// was used up and the application has not yet read so, is held the same way: there the
+// alternative is a silent drop, which a client such as Open MPI's btl never recovers from. Its
+// grace period restarts whenever the application reads from that event queue, since it is then
+// on its way to the unlink event and the replacement of the entry (the btl reads one event per
+// progress call, and on an oversubscribed host fell more than a second behind).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,12 @@ public:
     // 0: not looked at yet (it arrived behind a held one).
     uint64_t front_held_at_ns() const { return queue_.front().held_at_ns; }
     void set_front_held_at(uint64_t ns) { queue_.front().held_at_ns = ns; }
+    // For a message waiting for the application to read an event queue: how many events it
+    // had read (Eq::taken) when the grace period last started; kNoQueue otherwise.
+    static constexpr uint64_t kNoQueue = ~uint64_t(0);
+    uint64_t front_queue_read() const { return queue_.front().queue_read; }
+    void set_front_queue_read(uint64_t taken) { queue_.front().queue_read = taken; }
+    void set_back_queue_read(uint64_t taken) { queue_.back().queue_read = taken; }
 
 private:
     struct Held {
@@ -39,6 +51,7 @@ private:
         std::vector<char> payload;
         InMessage view;
         uint64_t held_at_ns;
+        uint64_t queue_read = kNoQueue;
     };
     std::deque<Held> queue_;
 };

@@ -69,7 +69,8 @@ struct Pt {
     Eq *eq = nullptr;
     MatchList lists[2];  // PTL_PRIORITY_LIST, PTL_OVERFLOW_LIST
     UnexpectedList unexpected;
-    uint32_t busy = 0;  // operations being delivered (PtlPTDisable waits for them)
+    uint32_t busy = 0;            // operations being delivered (PtlPTDisable waits for them)
+    uint64_t unlink_read_ns = 0;  // when the application last read an AUTO_UNLINK of this portal
 
     uint32_t entries() const { return lists[0].size + lists[1].size; }
 };

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../util/clock.h"
 #include "atomic_ops.h"
 #include "engine.h"
 #include "events.h"
@@ -96,8 +97,12 @@ void Engine::handle_message(const InMessage &m) {
     hold_allowed_ = cfg_.flowctrl_grace_ms > 0;
     hold_requested_ = false;
     hold_traced_ = false;
+    hold_queue_read_ = hold_queue_read_now_ = HeldMessages::kNoQueue;
     process_message(m);
-    if (hold_requested_) held_.push(m, coarse_now());
+    if (hold_requested_) {
+        held_.push(m, coarse_now());
+        held_.set_back_queue_read(hold_queue_read_now_);
+    }
 }
 
 int Engine::replay_held(uint64_t now_ns) {
@@ -107,15 +112,42 @@ int Engine::replay_held(uint64_t now_ns) {
         hold_allowed_ = held_at == 0 || now_ns - held_at < uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
         hold_requested_ = false;
         hold_traced_ = held_at != 0;  // its hold began at an earlier try
+        hold_queue_read_ = held_.front_queue_read();
+        hold_queue_read_now_ = HeldMessages::kNoQueue;
+        hold_restarted_ = false;
         process_message(held_.front());
         if (hold_requested_) {
-            if (held_at == 0) held_.set_front_held_at(now_ns);
+            if (hold_restarted_)
+                PTL_TRACE_NOTABLE(trace_.get(),
+                                  "a held request waits longer: the application read %llu events since",
+                                  (unsigned long long)(hold_queue_read_now_ - hold_queue_read_));
+            if (held_at == 0 || hold_restarted_) held_.set_front_held_at(now_ns);
+            if (held_at == 0 || hold_restarted_) held_.set_front_queue_read(hold_queue_read_now_);
             break;
         }
         held_.pop();
         ++work;
     }
     return work;
+}
+
+bool Engine::hold_for_replaced_entry(const Pt &pt, ptl_pt_index_t pti) {
+    if (pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti)) return hold_until_unlink_read(*pt.eq);
+    // Read, and the replacement may be on its way: the reading thread appends it after the
+    // read returns, while this progress may run on another.
+    const uint64_t grace_ns = uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
+    return pt.unlink_read_ns && monotonic_ns() - pt.unlink_read_ns < grace_ns &&
+           hold_instead_of_flow_control();
+}
+
+bool Engine::hold_until_unlink_read(const Eq &eq) {
+    if (!hold_allowed_ && cfg_.flowctrl_grace_ms > 0 && hold_queue_read_ != HeldMessages::kNoQueue &&
+        eq.taken != hold_queue_read_) {
+        hold_allowed_ = true;  // the application read from the queue since: a new grace period
+        hold_restarted_ = true;
+    }
+    hold_queue_read_now_ = eq.taken;
+    return hold_instead_of_flow_control();
 }
 
 bool Engine::hold_instead_of_flow_control() {
@@ -290,17 +322,17 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
                 if (trace) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
                 disable_pt(n, pt, nullptr, m, h);
             }
-        } else if (!(pt.eq && pt.eq->holds_unread(PTL_EVENT_AUTO_UNLINK, pti) &&
-                     hold_instead_of_flow_control())) {
+        } else if (!(pt.eq && hold_for_replaced_entry(pt, pti))) {
             // Without flow control an unmatched message is dropped - unless an entry of this
-            // portal was used up and the application has not yet read that it was: a client
-            // that replaces its receive buffers as it learns of them (Open MPI's btl) gets
-            // the grace period to do so instead of losing the message.
+            // portal was used up and the application has not yet read that it was, or has
+            // just read it: a client that replaces its receive buffers as it learns of them
+            // (Open MPI's btl) gets the grace period to do so instead of losing the message.
             if (trace) trace_arrival(n, m, h, "dropped: no entry matched");
             silent_drop(n, m, h);
         } else if (hold_trace) {
-            trace_arrival(n, m, h,
-                          "held: no entry matched, an AUTO_UNLINK is unread (PTL_FLOWCTRL_GRACE_MS)");
+            trace_arrival(
+                n, m, h,
+                "held: no entry matched, an entry of the portal was used up (PTL_FLOWCTRL_GRACE_MS)");
         }
         return;
     }
