@@ -36,13 +36,16 @@ BTL="--mca pml ob1 --mca btl portals4,self --mca osc pt2pt --mca coll ^portals4"
 # 4 ranks on 2 cores; help messages unaggregated so a failure says what it is.
 LOCAL="--oversubscribe --mca orte_base_help_aggregate 0"
 
-# What the ranks' engines did (PTL_TRACE): per rank, what was dropped, held, refused or failed,
-# and its last lines.
+# What the ranks' engines did (PTL_TRACE): per rank, the first and last of what was dropped,
+# held, refused or failed, and its last lines.
 trace_digest() {
   for f in "$1"/ptl-trace.*; do
     [ -f "$f" ] || continue
-    echo "-- trace $(basename "$f"): $(grep -ac . "$f") lines; dropped, held, refused, failed:"
-    grep -a -e dropped -e held -e refused -e "disabled by" -e undeliverable -e failed "$f" | sort | tail -20
+    echo "-- trace $(basename "$f"): $(grep -ac . "$f") lines; dropped, held, refused, failed (first, last):"
+    grep -a -e dropped -e "held:" -e "waits longer" -e refused -e "disabled" -e undeliverable -e failed "$f" |
+      sort >"$f.notable"
+    head -10 "$f.notable"
+    [ "$(wc -l <"$f.notable")" -le 10 ] || { echo "   ..."; tail -10 "$f.notable"; }
     echo "-- its last lines:"
     grep -ah . "$f" | sort | tail -12
   done
