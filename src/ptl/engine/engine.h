@@ -206,6 +206,7 @@ private:
     }
     void post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
                               ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
+    bool take_response(Ni *n, PeerId from, const proto::Header &h, PendingOp *p);
     void on_ack(Ni *ni, PeerId from, const proto::Header &h);
     void on_reply(Ni *ni, PeerId from, const proto::Header &h, const void *payload, size_t len);
     void release_export(const PendingOp &p);

@@ -205,18 +205,21 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     return PTL_OK;
 }
 
+// The operation an ACK or REPLY answers; false (counted as a drop) if none of ours does.
+bool Engine::take_response(Ni *n, PeerId from, const proto::Header &h, PendingOp *p) {
+    const bool known = n->pending.take_response(h.op_id, from, p);
+    if (trace_) [[unlikely]]
+        trace_->line_or_notable(
+            !known || h.ni_fail != PTL_NI_OK, "ni%u %s <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index,
+            proto::op_name(h.op), from.nid, from.pid, (unsigned long long)h.op_id, int(h.ni_fail),
+            (unsigned long long)h.mlength, known ? "" : ": no such operation, dropped");
+    if (!known) n->count(PTL_SR_DROP_COUNT);
+    return known;
+}
+
 void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
     PendingOp p;
-    const bool known = n->pending.take_response(h.op_id, from, &p);
-    if (trace_) [[unlikely]]
-        trace_->line_or_notable(!known || h.ni_fail != PTL_NI_OK,
-                                "ni%u ack <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index, from.nid,
-                                from.pid, (unsigned long long)h.op_id, int(h.ni_fail),
-                                (unsigned long long)h.mlength, known ? "" : ": no such operation, dropped");
-    if (!known) {
-        n->count(PTL_SR_DROP_COUNT);
-        return;
-    }
+    if (!take_response(n, from, h, &p)) return;
     release_export(p);
     Md *md = n->md(p.put_md);
     const ptl_ni_fail_t fail = h.ni_fail;
@@ -246,16 +249,7 @@ void Engine::on_ack(Ni *n, PeerId from, const proto::Header &h) {
 
 void Engine::on_reply(Ni *n, PeerId from, const proto::Header &h, const void *payload, size_t len) {
     PendingOp p;
-    const bool known = n->pending.take_response(h.op_id, from, &p);
-    if (trace_) [[unlikely]]
-        trace_->line_or_notable(!known || h.ni_fail != PTL_NI_OK,
-                                "ni%u reply <- 0x%x:%u op %llu fail %d mlength %llu%s", n->index, from.nid,
-                                from.pid, (unsigned long long)h.op_id, int(h.ni_fail),
-                                (unsigned long long)h.mlength, known ? "" : ": no such operation, dropped");
-    if (!known) {
-        n->count(PTL_SR_DROP_COUNT);
-        return;
-    }
+    if (!take_response(n, from, h, &p)) return;
     release_export(p);
     Md *md = n->md(p.get_md);
     if (!md) {
