@@ -121,8 +121,10 @@ int Engine::replay_held(uint64_t now_ns) {
                 PTL_TRACE_NOTABLE(trace_.get(),
                                   "a held request waits longer: the application read %llu events since",
                                   (unsigned long long)(hold_queue_read_now_ - hold_queue_read_));
-            if (held_at == 0 || hold_restarted_) held_.set_front_held_at(now_ns);
-            if (held_at == 0 || hold_restarted_) held_.set_front_queue_read(hold_queue_read_now_);
+            if (held_at == 0 || hold_restarted_) {
+                held_.set_front_held_at(now_ns);
+                held_.set_front_queue_read(hold_queue_read_now_);
+            }
             break;
         }
         held_.pop();
