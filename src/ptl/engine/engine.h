@@ -207,6 +207,8 @@ private:
     void post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
                               ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed);
     bool take_response(Ni *n, PeerId from, const proto::Header &h, PendingOp *p);
+    [[gnu::cold, gnu::noinline]] void trace_send(const Ni *n, uint8_t op, PeerId peer, const DataOpArgs &a,
+                                                 ptl_ack_req_t ack_req, uint64_t op_id, bool rndv, bool sent);
     void on_ack(Ni *ni, PeerId from, const proto::Header &h);
     void on_reply(Ni *ni, PeerId from, const proto::Header &h, const void *payload, size_t len);
     void release_export(const PendingOp &p);
@@ -292,9 +294,17 @@ private:
     bool warned_grace_expired_ = false;
     std::vector<Ct *> changed_cts_;
 
-    // trace.h: a request's arrival and what became of it (notable unless it was delivered).
-    void trace_arrival(const Ni *n, const InMessage &m, const proto::Header &h, const char *outcome,
-                       const Entry *e = nullptr, ptl_list_t list = PTL_PRIORITY_LIST, bool notable = true);
+    // trace.h: a request's arrival and what became of it (notable unless it was delivered);
+    // out of line, so that the delivery path stays as it was without a trace.
+    bool tracing_hold() const {
+        return trace_ && !hold_traced_;
+    }  // a hold is traced when it begins
+    [[gnu::cold, gnu::noinline]] void trace_delivery(const Ni *n, const InMessage &m, const proto::Header &h,
+                                                     const Entry *e, ptl_list_t list, ptl_ni_fail_t fail,
+                                                     ptl_size_t mlength, ptl_size_t offset, bool keep_header);
+    [[gnu::cold, gnu::noinline]] void trace_arrival(const Ni *n, const InMessage &m, const proto::Header &h,
+                                                    const char *outcome, const Entry *e = nullptr,
+                                                    ptl_list_t list = PTL_PRIORITY_LIST, bool notable = true);
 };
 
 // The process's engine, made on first use and never destroyed (atexit order must not matter).

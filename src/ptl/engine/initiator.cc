@@ -180,11 +180,7 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     }
     const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
     if (trace_) [[unlikely]]
-        trace_->line_or_notable(
-            !sent, "ni%u %s -> 0x%x:%u%s pt %u bits 0x%llx len %llu ack %d op %llu%s%s", n->index,
-            proto::op_name(op), peer.nid, peer.pid, RankNote(n->logical(), a.target.rank).text, a.pt_index,
-            (unsigned long long)a.match_bits, (unsigned long long)a.length, int(ack_req),
-            (unsigned long long)h.op_id, rndv ? " rendezvous" : "", sent ? "" : ": undeliverable");
+        trace_send(n, op, peer, a, ack_req, h.op_id, rndv, sent);
     if (!sent) {
         PendingOp unused;
         if (response_due) n->pending.take(h.op_id, &unused);
@@ -203,6 +199,15 @@ int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     // The data was copied into the wire, so the buffer may be reused: SEND now.
     if (!rndv) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr, true);
     return PTL_OK;
+}
+
+void Engine::trace_send(const Ni *n, uint8_t op, PeerId peer, const DataOpArgs &a, ptl_ack_req_t ack_req,
+                        uint64_t op_id, bool rndv, bool sent) {
+    trace_->line_or_notable(
+        !sent, "ni%u %s -> 0x%x:%u%s pt %u bits 0x%llx len %llu ack %d op %llu%s%s", n->index,
+        proto::op_name(op), peer.nid, peer.pid, RankNote(n->logical(), a.target.rank).text, a.pt_index,
+        (unsigned long long)a.match_bits, (unsigned long long)a.length, int(ack_req),
+        (unsigned long long)op_id, rndv ? " rendezvous" : "", sent ? "" : ": undeliverable");
 }
 
 // The operation an ACK or REPLY answers; false (counted as a drop) if none of ours does.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "../util/clock.h"
@@ -96,12 +97,10 @@ void Engine::handle_message(const InMessage &m) {
     }
     hold_allowed_ = cfg_.flowctrl_grace_ms > 0;
     hold_requested_ = false;
-    hold_traced_ = false;
-    hold_queue_read_ = hold_queue_read_now_ = HeldMessages::kNoQueue;
     process_message(m);
-    if (hold_requested_) {
+    if (hold_requested_) [[unlikely]] {
         held_.push(m, coarse_now());
-        held_.set_back_queue_read(hold_queue_read_now_);
+        held_.set_back_queue_read(std::exchange(hold_queue_read_now_, HeldMessages::kNoQueue));
     }
 }
 
@@ -113,17 +112,19 @@ int Engine::replay_held(uint64_t now_ns) {
         hold_requested_ = false;
         hold_traced_ = held_at != 0;  // its hold began at an earlier try
         hold_queue_read_ = held_.front_queue_read();
-        hold_queue_read_now_ = HeldMessages::kNoQueue;
         hold_restarted_ = false;
         process_message(held_.front());
+        hold_traced_ = false;  // a fresh message's state (handle_message sets none of these)
+        hold_queue_read_ = HeldMessages::kNoQueue;
+        const uint64_t queue_read_now = std::exchange(hold_queue_read_now_, HeldMessages::kNoQueue);
         if (hold_requested_) {
             if (hold_restarted_)
                 PTL_TRACE_NOTABLE(trace_.get(),
                                   "a held request waits longer: the application read %llu events since",
-                                  (unsigned long long)(hold_queue_read_now_ - hold_queue_read_));
+                                  (unsigned long long)(queue_read_now - held_.front_queue_read()));
             if (held_at == 0 || hold_restarted_) {
                 held_.set_front_held_at(now_ns);
-                held_.set_front_queue_read(hold_queue_read_now_);
+                held_.set_front_queue_read(queue_read_now);
             }
             break;
         }
@@ -275,6 +276,16 @@ void Engine::trace_arrival(const Ni *n, const InMessage &m, const proto::Header 
                             (unsigned long long)h.op_id, outcome, entry);
 }
 
+void Engine::trace_delivery(const Ni *n, const InMessage &m, const proto::Header &h, const Entry *e,
+                            ptl_list_t list, ptl_ni_fail_t fail, ptl_size_t mlength, ptl_size_t offset,
+                            bool keep_header) {
+    char outcome[96];
+    std::snprintf(outcome, sizeof outcome, "%s %llu bytes at offset %llu%s, matched",
+                  fail == PTL_NI_OK ? "delivered" : "failed (segv):", (unsigned long long)mlength,
+                  (unsigned long long)offset, keep_header ? ", header kept as unexpected" : "");
+    trace_arrival(n, m, h, outcome, e, list, fail != PTL_NI_OK);
+}
+
 // The error paths are member functions (refuse, silent_drop, disable_pt), not closures: a
 // closure over a dozen locals was built for every message and used by few.
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
@@ -282,11 +293,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const bool rndv = h.flags & proto::kRendezvous;
     const bool reply = wants_reply(op);
     const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
-    Trace *const trace = trace_.get();
-    Trace *const hold_trace = hold_traced_ ? nullptr : trace;  // a hold is traced when it begins
 
     if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
-        if (trace) trace_arrival(n, m, h, "dropped: no such portal");
+        if (trace_) trace_arrival(n, m, h, "dropped: no such portal");
         n->count(PTL_SR_DROP_COUNT);
         refuse(m, h, PTL_NI_DROPPED);
         return;
@@ -294,7 +303,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const ptl_pt_index_t pti = h.pt_index;
     Pt &pt = n->pts[pti];
     if (!pt.enabled) {
-        if (trace) trace_arrival(n, m, h, "dropped: portal disabled");
+        if (trace_) trace_arrival(n, m, h, "dropped: portal disabled");
         n->count(PTL_SR_DROP_COUNT);
         refuse(m, h, PTL_NI_PT_DISABLED);
         return;
@@ -319,9 +328,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     if (!e) {
         if (pt.options & PTL_PT_FLOWCTRL) {
             if (hold_instead_of_flow_control()) {
-                if (hold_trace) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
+                if (tracing_hold()) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
             } else {
-                if (trace) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
+                if (trace_) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
                 disable_pt(n, pt, nullptr, m, h);
             }
         } else if (!(pt.eq && hold_for_replaced_entry(pt, pti))) {
@@ -329,9 +338,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
             // portal was used up and the application has not yet read that it was, or has
             // just read it: a client that replaces its receive buffers as it learns of them
             // (Open MPI's btl) gets the grace period to do so instead of losing the message.
-            if (trace) trace_arrival(n, m, h, "dropped: no entry matched");
+            if (trace_) trace_arrival(n, m, h, "dropped: no entry matched");
             silent_drop(n, m, h);
-        } else if (hold_trace) {
+        } else if (tracing_hold()) {
             trace_arrival(
                 n, m, h,
                 "held: no entry matched, an entry of the portal was used up (PTL_FLOWCTRL_GRACE_MS)");
@@ -341,7 +350,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     // Permissions end the walk: no fall-through to later entries (M6, tricky point 1).
     if (e->desc.uid != PTL_UID_ANY && e->desc.uid != h.uid) {
-        if (trace) trace_arrival(n, m, h, "refused: the uid is not the entry's", e, list);
+        if (trace_) trace_arrival(n, m, h, "refused: the uid is not the entry's", e, list);
         n->count(PTL_SR_PERMISSION_VIOLATIONS);
         refuse(m, h, PTL_NI_PERM_VIOLATION);
         return;
@@ -350,7 +359,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
                           : op == proto::kPut || op == proto::kAtomic ? PTL_ME_OP_PUT
                                                                       : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     if ((e->opts() & need) != need) {
-        if (trace) trace_arrival(n, m, h, "refused: the operation is not allowed by", e, list);
+        if (trace_) trace_arrival(n, m, h, "refused: the operation is not allowed by", e, list);
         n->count(PTL_SR_OPERATION_VIOLATIONS);
         refuse(m, h, PTL_NI_OP_VIOLATION);
         return;
@@ -358,13 +367,13 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const bool keep_header = list == PTL_OVERFLOW_LIST && !(e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
     if (keep_header && n->unexpected >= uint32_t(n->limits.max_unexpected_headers)) {
         if (!(pt.options & PTL_PT_FLOWCTRL)) {
-            if (trace) trace_arrival(n, m, h, "dropped: max_unexpected_headers reached, matched", e, list);
+            if (trace_) trace_arrival(n, m, h, "dropped: max_unexpected_headers reached, matched", e, list);
             silent_drop(n, m, h);
         } else if (!hold_instead_of_flow_control()) {
-            if (trace)
+            if (trace_)
                 trace_arrival(n, m, h, "portal disabled by flow control: max_unexpected_headers", e, list);
             disable_pt(n, pt, e, m, h);
-        } else if (hold_trace) {
+        } else if (tracing_hold()) {
             trace_arrival(n, m, h, "held: max_unexpected_headers reached (PTL_FLOWCTRL_GRACE_MS)", e, list);
         }
         return;
@@ -373,9 +382,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     if ((pt.options & PTL_PT_FLOWCTRL) && pt.eq && entry_allows_full(*e, kind, true) &&
         !pt.eq->has_room_for_regular()) {
         if (!hold_instead_of_flow_control()) {
-            if (trace) trace_arrival(n, m, h, "portal disabled by flow control: event queue full", e, list);
+            if (trace_) trace_arrival(n, m, h, "portal disabled by flow control: event queue full", e, list);
             disable_pt(n, pt, e, m, h);
-        } else if (hold_trace) {
+        } else if (tracing_hold()) {
             trace_arrival(n, m, h, "held: event queue full (PTL_FLOWCTRL_GRACE_MS)", e, list);
         }
         return;
@@ -501,13 +510,8 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         ++n->unexpected;
     }
 
-    if (trace) [[unlikely]] {
-        char outcome[96];
-        std::snprintf(outcome, sizeof outcome, "%s %llu bytes at offset %llu%s, matched",
-                      fail == PTL_NI_OK ? "delivered" : "failed (segv):", (unsigned long long)mlength,
-                      (unsigned long long)offset, keep_header ? ", header kept as unexpected" : "");
-        trace_arrival(n, m, h, outcome, e, list, fail != PTL_NI_OK);
-    }
+    if (trace_) [[unlikely]]
+        trace_delivery(n, m, h, e, list, fail, mlength, offset, keep_header);
 
     // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;
     // slots (PTLX_ME_SLOTS) last while another slot can start, however short the last one.

@@ -34,9 +34,10 @@ public:
 
     // Sets who this process is in the Portals sense, for the lines that follow.
     void set_identity(uint32_t nid, uint32_t pid);
-    void line(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-    void notable(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-    void line_or_notable(bool is_notable, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+    [[gnu::cold]] void line(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    [[gnu::cold]] void notable(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+    [[gnu::cold]] void line_or_notable(bool is_notable, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
     const std::string &path() const { return path_; }
 
 private:
