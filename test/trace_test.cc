@@ -212,6 +212,36 @@ TEST(Trace, KeepsNotableLinesThroughAFloodOfOrdinaryOnes) {
     remove_dir(dir);
 }
 
+// A process that closes its NI and opens one again (UCX does, per iface) keeps one file.
+TEST(Trace, OneFileAcrossAClosedAndReopenedNI) {
+    const std::string dir = make_temp_dir();
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        setenv("PTL_TRACE", dir.c_str(), 1);
+        if (PtlInit() != PTL_OK) _exit(1);
+        for (int i = 0; i < 2; ++i) {
+            ptl_handle_ni_t ni;
+            ptl_pt_index_t pt;
+            if (PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, nullptr,
+                          &ni) != PTL_OK ||
+                PtlPTAlloc(ni, 0, PTL_EQ_NONE, kPt, &pt) != PTL_OK || PtlPTFree(ni, pt) != PTL_OK ||
+                PtlNIFini(ni) != PTL_OK)
+                _exit(2);
+        }
+        PtlFini();
+        _exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    const std::vector<std::string> lines = non_empty_lines(trace_file(dir, child));
+    EXPECT_EQ(count_containing(lines, "open: pid "), 2u);
+    EXPECT_EQ(count_containing(lines, " pt 4 alloc: "), 2u);
+    EXPECT_EQ(count_containing(lines, " close"), 2u);
+    remove_dir(dir);
+}
+
 TEST(Trace, ADirectoryThatCannotBeMadeLeavesTheProcessUntraced) {
     setenv("PTL_TRACE", "/proc/no-such-dir/trace", 1);
     ASSERT_EQ(PtlInit(), PTL_OK);

@@ -251,7 +251,7 @@ int Engine::open_physical(ptl_pid_t pid) {
     }
 #endif
     pid_lock_fd_ = fd;
-    if (!cfg_.trace_dir.empty()) {
+    if (!trace_ && !cfg_.trace_dir.empty()) {
         trace_ = Trace::open(cfg_.trace_dir, cfg_.trace_mb, &err);
         if (!trace_) report("PTL_TRACE: " + err + "; not tracing");
     }
@@ -285,7 +285,6 @@ void Engine::close_physical() {
     pid_lock_fd_ = -1;
     phys_open_ = false;
     PTL_TRACE_NOTABLE(trace_.get(), "close");
-    trace_.reset();
 }
 
 Wire *Engine::wire_for(PeerId p) {

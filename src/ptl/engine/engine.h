@@ -268,7 +268,10 @@ private:
     std::unique_ptr<verbs::VerbsWire> verbs_;  // null without an RDMA device
 #endif
     std::unique_ptr<LoopbackWire> loop_;
-    std::unique_ptr<Trace> trace_;  // PTL_TRACE; null otherwise, and read as such on every path
+    // PTL_TRACE; null otherwise, and read as such on every path. Kept from the first open of the
+    // physical NI to the end of the process: a process that closes and reopens it (UCX does)
+    // keeps one file.
+    std::unique_ptr<Trace> trace_;
     Ni *nis_[4] = {};
     uint32_t ni_gen_ = 0;
     uint64_t last_liveness_check_ns_ = 0;
@@ -296,9 +299,10 @@ private:
 
     // trace.h: a request's arrival and what became of it (notable unless it was delivered);
     // out of line, so that the delivery path stays as it was without a trace.
+    // A hold is traced when it begins, not at each retry.
     bool tracing_hold() const {
         return trace_ && !hold_traced_;
-    }  // a hold is traced when it begins
+    }
     [[gnu::cold, gnu::noinline]] void trace_delivery(const Ni *n, const InMessage &m, const proto::Header &h,
                                                      const Entry *e, ptl_list_t list, ptl_ni_fail_t fail,
                                                      ptl_size_t mlength, ptl_size_t offset, bool keep_header);

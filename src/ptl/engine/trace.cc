@@ -33,10 +33,10 @@ std::unique_ptr<Trace> Trace::open(const std::string &dir, long mb, std::string 
     }
     std::unique_ptr<Trace> t(new Trace);
     const std::string host = host_name();
-    t->path_ = dir + "/ptl-trace." + host + "." + std::to_string(getpid());
-    const int fd = ::open(t->path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const std::string path = dir + "/ptl-trace." + host + "." + std::to_string(getpid());
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        *err = "cannot create " + t->path_ + ": " + std::strerror(errno);
+        *err = "cannot create " + path + ": " + std::strerror(errno);
         return nullptr;
     }
     const size_t slots = size_t(std::max(mb, 1L)) * (1u << 20) / kLineBytes;
@@ -47,8 +47,8 @@ std::unique_ptr<Trace> Trace::open(const std::string &dir, long mb, std::string 
     const int saved = errno;
     close(fd);  // the mapping keeps the file
     if (m == MAP_FAILED) {
-        *err = "cannot map " + t->path_ + ": " + std::strerror(saved);
-        unlink(t->path_.c_str());
+        *err = "cannot map " + path + ": " + std::strerror(saved);
+        unlink(path.c_str());
         return nullptr;
     }
     t->map_ = static_cast<char *>(m);

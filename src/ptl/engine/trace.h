@@ -38,7 +38,6 @@ public:
     [[gnu::cold]] void notable(const char *fmt, ...) __attribute__((format(printf, 2, 3)));
     [[gnu::cold]] void line_or_notable(bool is_notable, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
-    const std::string &path() const { return path_; }
 
 private:
     // Lines written in turn into `slots` slots from `base`, the oldest overwritten.
@@ -49,7 +48,6 @@ private:
     };
     Trace() = default;
     void write(Ring &r, const char *fmt, va_list ap);
-    std::string path_;
     char *map_ = nullptr;
     size_t bytes_ = 0;
     Ring ordinary_, notable_;
