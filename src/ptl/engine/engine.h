@@ -288,11 +288,8 @@ private:
     HeldMessages held_;
     bool hold_allowed_ = false;    // the message being processed may be held
     bool hold_requested_ = false;  // on_request put it off
-    // hold_until_unlink_read: the queue's reads when the message's grace period last started
-    // (in), its reads now and whether the grace period restarts (out).
-    uint64_t hold_queue_read_ = HeldMessages::kNoQueue;
+    // hold_until_unlink_read: the reads of the queue it waits for, kept with the held message.
     uint64_t hold_queue_read_now_ = HeldMessages::kNoQueue;
-    bool hold_restarted_ = false;
     bool hold_traced_ = false;  // the message being processed was traced as held before
     bool warned_grace_expired_ = false;
     std::vector<Ct *> changed_cts_;

@@ -108,21 +108,22 @@ int Engine::replay_held(uint64_t now_ns) {
     int work = 0;
     while (!held_.empty()) {
         const uint64_t held_at = held_.front_held_at_ns();
-        hold_allowed_ = held_at == 0 || now_ns - held_at < uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
+        const bool expired =
+            held_at != 0 && now_ns - held_at >= uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
+        hold_allowed_ = !expired;
         hold_requested_ = false;
         hold_traced_ = held_at != 0;  // its hold began at an earlier try
-        hold_queue_read_ = held_.front_queue_read();
-        hold_restarted_ = false;
         process_message(held_.front());
         hold_traced_ = false;  // a fresh message's state (handle_message sets none of these)
-        hold_queue_read_ = HeldMessages::kNoQueue;
         const uint64_t queue_read_now = std::exchange(hold_queue_read_now_, HeldMessages::kNoQueue);
         if (hold_requested_) {
-            if (hold_restarted_)
+            // Held although its grace period was over: hold_until_unlink_read began a new one.
+            const bool restarted = expired;
+            if (restarted)
                 PTL_TRACE_NOTABLE(trace_.get(),
                                   "a held request waits longer: the application read %llu events since",
                                   (unsigned long long)(queue_read_now - held_.front_queue_read()));
-            if (held_at == 0 || hold_restarted_) {
+            if (held_at == 0 || restarted) {
                 held_.set_front_held_at(now_ns);
                 held_.set_front_queue_read(queue_read_now);
             }
@@ -144,11 +145,12 @@ bool Engine::hold_for_replaced_entry(const Pt &pt, ptl_pt_index_t pti) {
 }
 
 bool Engine::hold_until_unlink_read(const Eq &eq) {
-    if (!hold_allowed_ && cfg_.flowctrl_grace_ms > 0 && hold_queue_read_ != HeldMessages::kNoQueue &&
-        eq.taken != hold_queue_read_) {
-        hold_allowed_ = true;  // the application read from the queue since: a new grace period
-        hold_restarted_ = true;
-    }
+    // A hold is refused only to a replayed message (handle_message allows one), which is the
+    // front of held_: if the application read from the queue since its grace period began, a
+    // new one begins.
+    if (!hold_allowed_ && cfg_.flowctrl_grace_ms > 0 && held_.front_queue_read() != HeldMessages::kNoQueue &&
+        eq.taken != held_.front_queue_read())
+        hold_allowed_ = true;
     hold_queue_read_now_ = eq.taken;
     return hold_instead_of_flow_control();
 }
