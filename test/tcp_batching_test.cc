@@ -2,65 +2,32 @@
 // of its own; it leaves with the next send to its peer, in the same write and in order, or
 // with the sender's next progress, whichever comes first. Two wires in one process, talking
 // over 127.0.0.1.
-#include <gtest/gtest.h>
-#include <unistd.h>
-
-#include <memory>
 #include <string>
 #include <vector>
 
-#include "../src/ptl/util/clock.h"
-#include "../src/ptl/wire/tcp/tcp_wire.h"
+#include "tcp_wire_pair.h"
 
 using ptl::InMessage;
-using ptl::PeerId;
-using ptl::tcp::TcpWire;
 
 namespace {
 
-constexpr uint32_t kLoopbackNid = 0x7f000001;
-
-class TcpBatching : public ::testing::Test {
+class TcpBatching : public ptltest::TcpWirePair {
 protected:
     void SetUp() override {
-        // Ports are port_base + pid: try pid pairs until two listeners come up.
-        ptl::tcp::TcpConfig cfg;
-        cfg.port_base = 20000;
-        for (uint32_t attempt = 0; attempt < 64 && !b_; ++attempt) {
-            const uint32_t pid = 10000 + (uint32_t(getpid()) * 2 + attempt * 2) % 30000;
-            std::string err;
-            a_id_ = {kLoopbackNid, pid};
-            b_id_ = {kLoopbackNid, pid + 1};
-            a_ = TcpWire::create(
-                a_id_, cfg, [] {}, &err);
-            if (a_)
-                b_ = TcpWire::create(
-                    b_id_, cfg, [] {}, &err);
-            if (!b_) a_.reset();
-        }
-        ASSERT_TRUE(a_ && b_) << "no free pair of listening ports";
+        TcpWirePair::SetUp();
+        if (HasFatalFailure()) return;
         // The connection is opened by the first send; deferring applies to an open one.
         ASSERT_TRUE(a_->send(b_id_, "open", 4, nullptr, 0));
         ASSERT_EQ(receive_at_b(1, 5000), std::vector<std::string>{"open"});
     }
 
-    // Polls both wires until `count` messages reached B or `timeout_ms` passed; returns them.
+    // What B receives while both wires (or B alone) are polled for `count` messages at most
+    // `timeout_ms`.
     std::vector<std::string> receive_at_b(size_t count, long timeout_ms, bool progress_a = true) {
-        std::vector<std::string> got;
-        const auto handler = [&](const InMessage &m) {
-            got.emplace_back(static_cast<const char *>(m.header), m.header_len);
-        };
-        const auto none = [](const InMessage &) {};
-        const uint64_t end = ptl::monotonic_ns() + uint64_t(timeout_ms) * 1000000ull;
-        while (got.size() < count && ptl::monotonic_ns() < end) {
-            if (progress_a) a_->progress(none);
-            b_->progress(handler);
-        }
-        return got;
+        got_b_.clear();
+        poll_until(0, count, timeout_ms, progress_a);
+        return got_b_;
     }
-
-    PeerId a_id_{}, b_id_{};
-    std::unique_ptr<TcpWire> a_, b_;
 };
 
 TEST_F(TcpBatching, DeferredMessagesWaitForTheNextSendAndGoFirst) {

@@ -1,5 +1,8 @@
-// The tcp wire's byte stream. A connection carries one direction only: the connecting side
-// opens it with a Hello naming itself, then sends frames (FrameHead, engine header, payload).
+// The tcp wire's byte stream. The connecting side opens a connection with a Hello naming
+// itself, then sends frames (FrameHead, engine header, payload). From version 2 on the
+// accepting side may send frames back on it (no Hello: the connector knows whom it called),
+// so a reply carries the TCP acknowledgement of the request instead of costing a segment of
+// its own. A version 1 connector never reads its connection; nothing is sent back to it.
 // FrameReader is the receiving side's parser: it never trusts a length from the peer
 // (bounded header, bounded payload, memory grown only as bytes really arrive) and reports a
 // malformed stream instead of guessing, since a byte stream cannot resynchronise.
@@ -13,7 +16,8 @@
 namespace ptl::tcp {
 
 constexpr uint32_t kHelloMagic = 0x344c5450;  // "PTL4" on the wire (little endian)
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
+constexpr uint16_t kFirstDuplexVersion = 2;
 constexpr uint16_t kMaxHeader = 512;
 
 struct Hello {
@@ -48,7 +52,12 @@ public:
     // accepts nothing more.
     bool commit(size_t n, const Deliver &deliver);
 
+    // The stream comes from a peer we connected to: it has no Hello; frames are that peer's.
+    void assume_peer(uint32_t nid, uint32_t pid);
+
     bool has_hello() const { return hello_done_; }
+    // The connector reads what we send back on its connection.
+    bool peer_reads_replies() const { return hello_done_ && hello_.version >= kFirstDuplexVersion; }
     uint32_t peer_nid() const { return hello_.nid; }
     uint32_t peer_pid() const { return hello_.pid; }
     bool failed() const { return failed_; }

@@ -93,7 +93,7 @@ TcpWire::~TcpWire() {
     // Queued bytes are given one last non-blocking chance: a process that sends and then
     // finalizes (a reply, an ack) expects them to leave.
     for (auto &[fd, c] : conns_) {
-        if (c->outgoing && !c->connecting) flush(*c);
+        if (!c->connecting) flush(*c);
         close(fd);
     }
     if (listen_fd_ >= 0) close(listen_fd_);
@@ -128,6 +128,15 @@ bool TcpWire::listen_on(std::string *err) {
     ev.data.u64 = uint32_t(listen_fd_);  // serial 0
     epoll_ctl(epfd_, EPOLL_CTL_ADD, listen_fd_, &ev);
     return true;
+}
+
+TcpWire::Conn *TcpWire::send_conn(PeerId to) {
+    auto in = replyable_.find(to);
+    if (in == replyable_.end()) return connect_to(to);
+    Conn *c = in->second;
+    replyable_.erase(in);
+    out_.emplace(to, c);
+    return c;
 }
 
 TcpWire::Conn *TcpWire::connect_to(PeerId to) {
@@ -176,7 +185,7 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
                          int payload_count, bool deferrable) {
     if (header_len == 0 || header_len > kMaxHeader || dead_.count(to)) return false;
     auto it = out_.find(to);
-    Conn *c = it != out_.end() ? it->second : connect_to(to);
+    Conn *c = it != out_.end() ? it->second : send_conn(to);
     if (!c) return false;
     FrameHead fh{uint16_t(header_len), 0, 0, 0};
     for (int i = 0; i < payload_count; ++i) fh.payload_len += payload[i].iov_len;
@@ -359,10 +368,12 @@ void TcpWire::close_conn(Conn &c, bool peer_gone) {
     const bool known = c.outgoing || (c.reader && c.reader->has_hello());
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
-    if (c.outgoing) {
-        if (c.connecting) --connecting_;
-        auto it = out_.find(peer);
-        if (it != out_.end() && it->second == &c) out_.erase(it);
+    if (c.connecting) --connecting_;
+    if (known) {
+        for (auto *by_peer : {&out_, &replyable_}) {
+            auto it = by_peer->find(peer);
+            if (it != by_peer->end() && it->second == &c) by_peer->erase(it);
+        }
     }
     if (peer_gone && known) {
         dead_.insert(peer);
@@ -392,29 +403,34 @@ void TcpWire::accept_all() {
     }
 }
 
-void TcpWire::on_out_event(Conn &c, uint32_t events) {
+int TcpWire::on_event(Conn &c, uint32_t events, const MessageHandler &handler) {
     if (c.connecting) {
-        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+        if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return 0;
         int err = 0;
         socklen_t len = sizeof err;
         if (getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
             close_conn(c, true);
-            return;
+            return 0;
         }
         c.connecting = false;
         --connecting_;
     }
-    // The peer never writes on our connection: readable means it closed or reset.
-    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+    if ((events & EPOLLOUT) && !flush(c)) {
         close_conn(c, true);
-        return;
+        return 0;
     }
-    if ((events & EPOLLOUT) && !flush(c)) close_conn(c, true);
+    // Frames, or the end of the connection (read tells which).
+    if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) return read_frames(c, handler);
+    return 0;
 }
 
-int TcpWire::on_in_event(Conn &c, const MessageHandler &handler) {
+int TcpWire::read_frames(Conn &c, const MessageHandler &handler) {
     int work = 0;
     size_t budget = kReadBudget;
+    if (!c.reader) {
+        c.reader = std::make_unique<FrameReader>(cfg_.max_message);
+        c.reader->assume_peer(c.peer.nid, c.peer.pid);
+    }
     FrameReader &rd = *c.reader;
     const auto deliver = [&](const void *h, size_t hl, const void *p, size_t pl) {
         // The Hello may have arrived in the same read as these frames.
@@ -446,6 +462,7 @@ int TcpWire::on_in_event(Conn &c, const MessageHandler &handler) {
         if (!had_hello && rd.has_hello()) {
             c.peer = {rd.peer_nid(), rd.peer_pid()};
             dead_.erase(c.peer);  // a new incarnation of a (nid, pid) we saw die
+            if (rd.peer_reads_replies() && !out_.count(c.peer)) replyable_[c.peer] = &c;
         }
         if (size_t(r) < room || (budget -= std::min(budget, size_t(r))) == 0) return work;
     }
@@ -481,11 +498,7 @@ int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
         }
         auto it = conns_.find(fd);
         if (it == conns_.end() || it->second->serial != serial) continue;  // closed in this batch
-        Conn &c = *it->second;
-        if (c.outgoing)
-            on_out_event(c, evs[i].events);
-        else
-            work += on_in_event(c, handler);
+        work += on_event(*it->second, evs[i].events, handler);
     }
     if (connecting_) check_connect_timeouts();
     return work;

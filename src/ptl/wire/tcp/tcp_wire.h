@@ -1,9 +1,12 @@
 // The tcp wire: processes on other hosts (or any peer with PTL_WIRE=tcp). Every process
 // listens on its nid at port PTL_TCP_PORT_BASE + pid, so a peer's address follows from its
-// (nid, pid) alone. Connections are opened lazily by the first send and carry one direction
-// each (ours to send, the peer's to receive), which keeps per-peer order without any
-// connection-race resolution. One epoll set serves all sockets; a watcher thread turns
-// socket readiness into a wake-up only while the progress thread sleeps.
+// (nid, pid) alone. Connections are opened lazily by the first send. A process sends to a peer
+// on one connection for as long as it lives, which keeps per-peer order without any
+// connection-race resolution: the one the peer opened to us if there is one when we first
+// send (replies then carry the TCP acknowledgements of requests: half the segments of a
+// ping-pong), else one we open. Both ends read every connection. One epoll set serves all
+// sockets; a watcher thread turns socket readiness into a wake-up only while the progress
+// thread sleeps.
 #pragma once
 
 #include <atomic>
@@ -51,31 +54,35 @@ public:
     uint64_t take_malformed();
     // No connection, nothing corked: a progress would only look for new connections.
     bool idle() const { return conns_.empty() && corked_.empty() && connecting_ == 0; }
+    // Open connections, both directions (diagnostics and tests).
+    size_t connections() const { return conns_.size(); }
 
 private:
     struct Conn {
         int fd = -1;
-        uint32_t serial = 0;  // tells a reused fd number from the closed connection it had
-        bool outgoing = false;
+        uint32_t serial = 0;    // tells a reused fd number from the closed connection it had
+        bool outgoing = false;  // we opened it
         bool connecting = false;
         PeerId peer{};  // outgoing: the target; incoming: known after the Hello
         uint64_t started_ns = 0;
-        // outgoing: bytes not yet taken by the socket, in order
+        // what we send on it (out_ names it): bytes not yet taken by the socket, in order
         std::deque<std::vector<char>> queue;
         size_t front_off = 0;
         bool want_out = false;
         bool corked = false;  // the queue holds deferred messages only, in corked_
         size_t corked_bytes = 0;
-        // incoming
+        // what arrives; made by the first byte on a connection we opened
         std::unique_ptr<FrameReader> reader;
     };
 
     TcpWire(PeerId self, const TcpConfig &cfg) : self_(self), cfg_(cfg) {}
     bool listen_on(std::string *err);
+    // The connection our messages to `to` take from now on (opened if need be); null if none.
+    Conn *send_conn(PeerId to);
     Conn *connect_to(PeerId to);
     void accept_all();
-    void on_out_event(Conn &c, uint32_t events);
-    int on_in_event(Conn &c, const MessageHandler &handler);
+    int on_event(Conn &c, uint32_t events, const MessageHandler &handler);
+    int read_frames(Conn &c, const MessageHandler &handler);
     // Writes what the socket takes of the queue; the rest waits for EPOLLOUT. False if the
     // connection failed.
     bool flush(Conn &c);
@@ -99,7 +106,9 @@ private:
     int listen_fd_ = -1;
     int epfd_ = -1;
     std::unordered_map<int, std::unique_ptr<Conn>> conns_;  // by fd
-    std::unordered_map<PeerId, Conn *, PeerIdHash> out_;
+    std::unordered_map<PeerId, Conn *, PeerIdHash> out_;    // where we send, by peer
+    // Connections peers opened to us that they also read, by peer, while we send them nothing.
+    std::unordered_map<PeerId, Conn *, PeerIdHash> replyable_;
     std::unordered_set<PeerId, PeerIdHash> dead_;
     std::vector<Conn *> corked_;
     int connecting_ = 0;
