@@ -45,6 +45,11 @@ void tune(int fd, long timeout_ms) {
     setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof ut);
 }
 
+void acknowledge_now(int fd) {
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+}
+
 sockaddr_in address_of(PeerId p, uint32_t port_base) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
@@ -464,7 +469,14 @@ int TcpWire::read_frames(Conn &c, const MessageHandler &handler) {
             dead_.erase(c.peer);  // a new incarnation of a (nid, pid) we saw die
             if (rd.peer_reads_replies() && !out_.count(c.peer)) replyable_[c.peer] = &c;
         }
-        if (size_t(r) < room || (budget -= std::min(budget, size_t(r))) == 0) return work;
+        if (size_t(r) < room) {
+            // Drained in the middle of a frame: the peer is streaming one larger than its
+            // window and waits for our acknowledgement. On a connection that carries our own
+            // messages too, the kernel would hold it back for the next of those.
+            if (rd.mid_frame()) acknowledge_now(c.fd);
+            return work;
+        }
+        if ((budget -= std::min(budget, size_t(r))) == 0) return work;
     }
 }
 
