@@ -2,7 +2,7 @@
 // every process has and which reaches the peer's (nid, pid) with no directory service. Kept
 // free of <infiniband/verbs.h> so an engine built without verbs can still refuse politely.
 //
-// Connections carry one direction each, as on tcp: the sender's QP sends, the receiver's QP
+// Connections carry one direction each: the sender's QP sends, the receiver's QP
 // receives and returns credits. CONNECT (sender -> receiver) describes the sender's QP;
 // the receiver connects a QP of its own to it, posts its receive buffers and answers ACCEPT
 // with its QP and buffer count, or REJECT (no verbs here, or a device the sender's cannot
