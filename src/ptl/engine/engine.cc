@@ -263,7 +263,7 @@ int Engine::open_physical(ptl_pid_t pid) {
     }
     identity::remove_stale_rings();  // left by processes of this user that were killed
     loop_ = std::make_unique<LoopbackWire>(self_, [this] {
-        if (shm_) shm_->wake();
+        if (shm_ && !completing_own_) shm_->wake();
     });
     phys_open_ = true;
     if (cfg_.progress_thread) progress_thread_ = std::make_unique<ProgressThread>(*this, cfg_.progress_cpu);
@@ -827,7 +827,7 @@ int Engine::ct_set(ptl_handle_ct_t h, ptl_ct_event_t v) {
     c->success.store(v.success, std::memory_order_release);
     c->failure.store(v.failure, std::memory_order_release);
     ct_changed(c);
-    run_triggers();
+    finish_call();
     return PTL_OK;
 }
 
@@ -839,8 +839,29 @@ int Engine::ct_inc(ptl_handle_ct_t h, ptl_ct_event_t v) {
         ct_add(c, false, v.failure);
     else
         ct_add(c, true, v.success);
-    run_triggers();
+    finish_call();
     return PTL_OK;
+}
+
+// An operation whose target is this process needs no other thread (issue 32): a caller that
+// sleeps or spins on its own memory right after the call must find it done, also when every
+// CPU is busy and the progress thread is not scheduled for milliseconds. The loopback queue
+// is delivered in order, so what the process queued to itself before (a progress had not run
+// yet) lands first; responses and the triggers deliveries reach are completed in the same
+// call. Bounded: a chain of triggered operations that keeps feeding itself is left to progress.
+void Engine::complete_own_operations() {
+    constexpr int kMaxRounds = 64;
+    // A message held here starts its grace period now, not at the coarse clock's last reading
+    // (an API call is not a poll that refreshes it).
+    coarse_now_ns_ = std::max(coarse_now_ns_, monotonic_ns());
+    coarse_calls_ = 0;
+    completing_own_ = true;
+    for (int round = 0; round < kMaxRounds && loop_->pending(); ++round) {
+        loop_->progress(deliver_);
+        run_triggers();
+    }
+    completing_own_ = false;
+    if (loop_->pending()) shm_->wake();
 }
 
 void Engine::ct_add(Ct *ct, bool success, uint64_t amount) {

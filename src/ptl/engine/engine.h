@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
 #include "config.h"
 #include "empty_eqs.h"
@@ -38,7 +39,6 @@ class TcpWire;
 namespace verbs {
 class VerbsWire;
 }
-class LoopbackWire;
 
 class Engine {
 public:
@@ -184,6 +184,14 @@ private:
         if (!changed_cts_.empty() && !in_triggers_) fire_triggers();
     }
     void fire_triggers();
+    // The end of an API call that may have started operations: fires the triggers it reached
+    // and completes what it sent to this process itself (complete_own_operations).
+    void finish_call() {
+        run_triggers();
+        if (loop_->pending()) [[unlikely]]
+            complete_own_operations();
+    }
+    void complete_own_operations();
 
     // initiator side
     struct CheckedOp {
@@ -268,6 +276,7 @@ private:
     std::unique_ptr<verbs::VerbsWire> verbs_;  // null without an RDMA device
 #endif
     std::unique_ptr<LoopbackWire> loop_;
+    bool completing_own_ = false;  // complete_own_operations is delivering: no wake-up needed
     // PTL_TRACE; null otherwise, and read as such on every path. Kept from the first open of the
     // physical NI to the end of the process: a process that closes and reopens it (UCX does)
     // keeps one file.

@@ -57,7 +57,7 @@ void Engine::post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t f
 int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     Lock lk(mu_);
     const int rc = start_op(kind, a);
-    run_triggers();
+    finish_call();
     if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
     return rc;
 }

@@ -163,13 +163,13 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
             en->auto_unlinked = true;
             entry_event(pt, *en, PTL_EVENT_AUTO_UNLINK);
             n->zombies.push_back(en);
-            run_triggers();
+            finish_call();
             return PTL_OK;
         }
     }
     pt.lists[list].add(en);
     entry_event(pt, *en, PTL_EVENT_LINK);
-    run_triggers();
+    finish_call();
     return PTL_OK;
 }
 
@@ -221,7 +221,7 @@ int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
         }
         ct_add(e.ct, false, 1);
     }
-    run_triggers();
+    finish_call();
     return PTL_OK;
 }
 

@@ -32,7 +32,7 @@ int Engine::triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t thre
               trig_kind_name(op.kind), trig_ct, (unsigned long long)threshold,
               (unsigned long long)t->success.load());
     ct_changed(t);  // fires at once if the threshold is already reached (TR7)
-    run_triggers();
+    finish_call();
     return PTL_OK;
 }
 
