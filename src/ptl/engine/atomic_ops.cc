@@ -104,7 +104,40 @@ void apply_typed(ptl_op_t op, void *target, const void *src, const void *operand
         store<T>(tp + k, combine<T>(op, load<T>(tp + k), load<T>(sp + k), o));
 }
 
+template <typename Word>
+void cas_elements(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
+                  size_t len, void *fetched) {
+    Word *t = static_cast<Word *>(target);
+    const char *sp = static_cast<const char *>(src);
+    char *fp = static_cast<char *>(fetched);
+    for (size_t k = 0; k < len / sizeof(Word); ++k) {
+        Word old = __atomic_load_n(t + k, __ATOMIC_RELAXED);
+        Word next;
+        do {
+            next = old;
+            apply(op, dt, &next, sp + k * sizeof(Word), operand, sizeof(Word));
+        } while (!__atomic_compare_exchange_n(t + k, &old, next, true, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+        if (fp) std::memcpy(fp + k * sizeof(Word), &old, sizeof old);
+    }
+}
+
 }  // namespace
+
+bool in_place_capable(ptl_datatype_t dt, const void *target, size_t len) {
+    const size_t n = datatype_size(dt);
+    return n != 0 && n <= 8 && len % n == 0 && reinterpret_cast<uintptr_t>(target) % n == 0;
+}
+
+void apply_in_place(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
+                    size_t len, void *fetched) {
+    switch (datatype_size(dt)) {
+        case 1: return cas_elements<uint8_t>(op, dt, target, src, operand, len, fetched);
+        case 2: return cas_elements<uint16_t>(op, dt, target, src, operand, len, fetched);
+        case 4: return cas_elements<uint32_t>(op, dt, target, src, operand, len, fetched);
+        case 8: return cas_elements<uint64_t>(op, dt, target, src, operand, len, fetched);
+        default: return;
+    }
+}
 
 size_t datatype_size(ptl_datatype_t dt) {
     switch (dt) {

@@ -21,4 +21,15 @@ bool legal(ptl_op_t op, ptl_datatype_t dt, Call call);
 void apply(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
            size_t len);
 
+// Whether apply_in_place can do `dt` at `target`: elements of at most 8 bytes, naturally
+// aligned. Every path that applies atomics to memory other processes reach directly asks this
+// same question, so one entry's atomics use one mechanism whichever path they took.
+bool in_place_capable(ptl_datatype_t dt, const void *target, size_t len);
+
+// As apply, each element by one CPU compare-and-swap on the memory itself, so it is atomic with
+// respect to other processes doing the same on a shared mapping; `fetched` (if not null)
+// receives the values before. Only where in_place_capable.
+void apply_in_place(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
+                    size_t len, void *fetched);
+
 }  // namespace ptl::atomics

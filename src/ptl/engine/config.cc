@@ -27,6 +27,7 @@ Config Config::from_env() {
     if (const char *p = std::getenv("PTL_PROGRESS")) c.progress_thread = std::strcmp(p, "manual") != 0;
     c.progress_cpu = int(env_long("PTL_PROGRESS_CPU", -1));
     c.wait_spin_us = env_long("PTL_WAIT_SPIN_US", c.wait_spin_us);
+    c.direct = env_bool("PTL_DIRECT", c.direct);
     if (const char *y = std::getenv("PTL_WAIT_YIELD"); y && *y)
         c.wait_yield = std::strcmp(y, "always") == 0  ? YieldMode::Always
                        : std::strcmp(y, "never") == 0 ? YieldMode::Never

@@ -192,12 +192,14 @@ int Engine::open_physical(ptl_pid_t pid) {
     shm::ShmConfig sc;
     sc.ncells = cfg_.shm_cells;
     sc.cell_size = cfg_.shm_cell_size;
+    sc.export_bytes = cfg_.direct ? kExportAreaBytes : 0;
     shm_ = shm::ShmWire::create(self_, sc, &err);
     if (!shm_) {
         report("shared-memory wire: " + err);
         identity::release_pid(nid, uint32_t(got), fd);
         return PTL_NO_SPACE;
     }
+    open_exports();
     if (cfg_.wire != WireChoice::Shm) {
         tcp::TcpConfig tc;
         tc.port_base = cfg_.tcp_port_base;
@@ -276,6 +278,10 @@ void Engine::close_physical() {
     if (!phys_open_) return;
     quiet_.store(false, std::memory_order_release);  // lock-free polls must not touch the wires
     loop_.reset();
+    peer_tables_.clear();  // they point into peers' segments, which shm_ maps
+    last_table_ = nullptr;
+    exports_ = nullptr;
+    holding_published_ = false;
 #ifdef PTL_HAVE_VERBS
     verbs_.reset();  // sends through tcp_, wakes through shm_
 #endif
@@ -405,6 +411,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     if (--n->refs > 0) return PTL_OK;
     PTL_TRACE_NOTABLE(trace_.get(), "ni%u fini", n->index);
     event_seq_.fetch_add(1, std::memory_order_release);  // its EQs are gone (app_progress_take)
+    revoke_exports(n, 0, true);
     nis_[n->index] = nullptr;
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
@@ -533,6 +540,7 @@ int Engine::pt_disable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     Ni *n = ni_of(h);
     if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
     n->pts[idx].enabled = false;
+    revoke_exports(n, idx, false);
     PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u disabled by the application", n->index, idx);
     return PTL_OK;
 }
@@ -542,6 +550,7 @@ int Engine::pt_enable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     Ni *n = ni_of(h);
     if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
     n->pts[idx].enabled = true;
+    export_front(n, n->pts[idx], nullptr);
     PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u enabled", n->index, idx);
     return PTL_OK;
 }
@@ -1058,6 +1067,10 @@ int Engine::progress_locked(uint64_t now_ns) {
     }
     int work = 0;
     if (!held_.empty()) work += replay_held(t);
+    if (holding_published_ && held_.empty()) {
+        holding_published_ = false;
+        set_holding(false);
+    }
     if (loop_->pending()) work += loop_->progress(deliver_);
     work += shm_->progress(deliver_);
     if (const uint64_t bad = shm_->take_malformed()) count_malformed(bad);

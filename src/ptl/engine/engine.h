@@ -14,11 +14,13 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
 #include "config.h"
+#include "direct_exports.h"
 #include "empty_eqs.h"
 #include "events.h"
 #include "held_messages.h"
@@ -205,6 +207,23 @@ private:
     };
     int check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
     int start_op(TrigKind kind, const DataOpArgs &a);
+
+    // The direct path (direct.cc, DESIGN decision 9).
+    static constexpr uint64_t kExportAreaBytes = 256 * 1024;
+    void open_exports();
+    bool exportable(const Ni &n, const Pt &pt, const Entry &e) const;
+    void export_entry(Ni *n, Pt &pt, Entry *e);
+    // Returns once no peer is inside the entry's memory or can enter it.
+    void revoke_export(Pt &pt, Entry *e);
+    void revoke_exports(const Ni *n, ptl_pt_index_t pti, bool whole_ni);
+    // Exports what became the entry the match picks after `removed` left (null: the portal's
+    // every candidate, as after PtlPTEnable).
+    void export_front(Ni *n, Pt &pt, const Entry *removed);
+    void set_holding(bool holding);
+    bool cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
+                     size_t data_len) const;
+    direct::PeerTable *peer_table(PeerId p);
+    bool try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c);
     // The initiator's event and count of an operation; inline so that an MD with neither (most
     // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
@@ -277,6 +296,14 @@ private:
 #endif
     std::unique_ptr<LoopbackWire> loop_;
     bool completing_own_ = false;  // complete_own_operations is delivering: no wake-up needed
+    // The direct path: our export table (in the shm wire's segment) and its entries, the
+    // tables of peers we reached, and whether peers were told we hold messages.
+    direct::Area *exports_ = nullptr;
+    std::vector<Entry *> export_owner_;
+    std::unordered_map<PeerId, std::unique_ptr<direct::PeerTable>, PeerIdHash> peer_tables_;
+    PeerId last_table_peer_{};
+    direct::PeerTable *last_table_ = nullptr;
+    bool holding_published_ = false;
     // PTL_TRACE; null otherwise, and read as such on every path. Kept from the first open of the
     // physical NI to the end of the process: a process that closes and reopens it (UCX does)
     // keeps one file.

@@ -30,6 +30,7 @@ struct Entry {
     uint32_t uh_count = 0;      // unexpected headers that point into this entry
     bool exact = false;         // indexed by match bits (no ignore bits)
     bool auto_unlinked = false; // left the list by itself; handle still answers PTL_IN_USE
+    int32_t export_slot = -1;   // reachable by peers without us (direct_exports.h)
     IHook hook;
 
     unsigned opts() const { return desc.options; }

@@ -109,6 +109,7 @@ int Engine::check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
 int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     CheckedOp c;
     if (int rc = check_op(kind, a, c); rc != PTL_OK) return rc;
+    if (cfg_.direct && c.peer.nid == self_.nid && !(c.peer == self_) && try_direct(kind, a, c)) return PTL_OK;
     const uint8_t op = proto_op(kind);
     Md *put_md = c.put_md, *get_md = c.get_md;
     Ni *n = c.ni;

@@ -168,6 +168,7 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
         }
     }
     pt.lists[list].add(en);
+    if (list == PTL_PRIORITY_LIST) export_entry(n, pt, en);
     entry_event(pt, *en, PTL_EVENT_LINK);
     finish_call();
     return PTL_OK;
@@ -180,7 +181,11 @@ int Engine::unlink(uint32_t h, bool is_me) {
     if (!e) return PTL_ARG_INVALID;
     if (e->auto_unlinked || e->uh_count) return PTL_IN_USE;  // U4, L12
     PTL_TRACE(trace_.get(), "ni%u pt %u unlink %s 0x%x", n->index, e->pt, is_me ? "me" : "le", h);
-    n->pts[e->pt].lists[e->list].remove(e);
+    Pt &pt = n->pts[e->pt];
+    const bool was_exported = e->export_slot >= 0;
+    revoke_export(pt, e);  // no peer's access lands once we return (issue 32)
+    pt.lists[e->list].remove(e);
+    if (was_exported) export_front(n, pt, e);
     n->entries.recycle(split_handle(h).slot);
     return PTL_OK;
 }

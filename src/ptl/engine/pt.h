@@ -70,6 +70,7 @@ struct Pt {
     MatchList lists[2];  // PTL_PRIORITY_LIST, PTL_OVERFLOW_LIST
     UnexpectedList unexpected;
     uint32_t busy = 0;            // operations being delivered (PtlPTDisable waits for them)
+    uint32_t exports = 0;         // entries peers reach directly (direct.cc)
     uint64_t unlink_read_ns = 0;  // when the application last read an AUTO_UNLINK of this portal
 
     uint32_t entries() const { return lists[0].size + lists[1].size; }

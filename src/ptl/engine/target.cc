@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../util/clock.h"
+#include "../wire/shm/shm_wire.h"
 #include "atomic_ops.h"
 #include "engine.h"
 #include "events.h"
@@ -74,6 +75,17 @@ RemotePieces remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
 
 }  // namespace
 
+// Atomics on memory that peers reach directly (direct.cc) are applied with CPU atomics, as
+// the peers apply theirs (the same test they make): one mechanism for that memory whichever
+// path each operation took, also through another entry over the same pages.
+bool Engine::cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
+                         size_t data_len) const {
+    if (mlength > data_len || !(e.export_slot >= 0 || (exports_ && !e.region.iov))) return false;
+    const void *at = e.region.address_at(offset);
+    return atomics::in_place_capable(type, at, mlength) &&
+           (e.export_slot >= 0 || shm_->in_adopted_pages(at, mlength));
+}
+
 // Counted on the first NI: a header that does not parse names no NI reliably.
 void Engine::count_malformed(uint64_t amount) {
     for (Ni *n : nis_)
@@ -92,13 +104,18 @@ void Engine::handle_message(const InMessage &m) {
                 trace_arrival(n, m, h, "held behind earlier held messages", nullptr, PTL_PRIORITY_LIST,
                               false);
         }
-        held_.push(m, 0);
+        held_.push(m, 0);  // holding_published_ is set: held_ was not empty
         return;
     }
     hold_allowed_ = cfg_.flowctrl_grace_ms > 0;
     hold_requested_ = false;
     process_message(m);
     if (hold_requested_) [[unlikely]] {
+        if (!holding_published_) {
+            // Before the wire frees the message: a peer that sees it handled sees this too.
+            holding_published_ = true;
+            set_holding(true);
+        }
         held_.push(m, coarse_now());
         held_.set_back_queue_read(std::exchange(hold_queue_read_now_, HeldMessages::kNoQueue));
     }
@@ -253,6 +270,7 @@ void Engine::silent_drop(Ni *n, const InMessage &m, const proto::Header &h) {
 
 void Engine::disable_pt(Ni *n, Pt &pt, Entry *cause, const InMessage &m, const proto::Header &h) {
     pt.enabled = false;
+    revoke_exports(n, h.pt_index, false);
     if (pt.eq && !(cause && (cause->opts() & PTL_ME_EVENT_FLOWCTRL_DISABLE))) {
         ptl_event_t ev{};
         ev.type = PTL_EVENT_PT_DISABLED;
@@ -421,6 +439,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {
         ok = write_in(mlength);
+    } else if (op == proto::kAtomic && cpu_atomics(*e, h.atomic_type, offset, mlength, data_len)) {
+        // Peers apply atomics to this entry with CPU atomics (direct.cc): so does the target.
+        atomics::apply_in_place(h.atomic_op, h.atomic_type, e->region.address_at(offset), data, operand,
+                                mlength, nullptr);
     } else if (op == proto::kAtomic) {
         SmallVec<char, 256> t(mlength);
         ok = mlength <= data_len && e->region.read(offset, t.data(), mlength, checked);
@@ -443,6 +465,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
             out.resize(mlength);
             ok = e->region.read(offset, out.data(), mlength, checked);
         }
+    } else if (cpu_atomics(*e, h.atomic_type, offset, mlength, data_len)) {
+        out.resize(mlength);
+        atomics::apply_in_place(h.atomic_op, h.atomic_type, e->region.address_at(offset), data, operand,
+                                mlength, out.data());
     } else {
         // Fetching atomic or swap in the priority list: reply with the value before (F41).
         out.resize(mlength);

@@ -24,13 +24,16 @@ size_t Ring::segment_size(uint32_t ncells, uint32_t cell_size) {
     return data_offset() + size_t(ncells) * cell_size;
 }
 
-void Ring::format(void *base, uint32_t ncells, uint32_t cell_size, int32_t owner_os_pid) {
+void Ring::format(void *base, uint32_t ncells, uint32_t cell_size, int32_t owner_os_pid,
+                  uint64_t export_size) {
     auto *ctl = new (base) RingControl();
     ctl->magic = kMagic;
     ctl->version = kVersion;
     ctl->owner_os_pid = owner_os_pid;
     ctl->ncells = ncells;
     ctl->cell_size = cell_size;
+    ctl->export_offset = align_up(segment_size(ncells, cell_size), 4096);
+    ctl->export_size = export_size;
     ctl->enqueue_pos.store(0, std::memory_order_relaxed);
     ctl->dequeue_pos.store(0, std::memory_order_relaxed);
     ctl->doorbell.store(0, std::memory_order_relaxed);
@@ -109,6 +112,7 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
         p += payload[i].iov_len;
     }
     h->seq.store(pos + 1, std::memory_order_release);
+    pushed_until_ = pos + cells;
     // Pairs with the consumer's fence between setting `sleeping` and re-checking the ring.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     ring_doorbell_if_sleeping();

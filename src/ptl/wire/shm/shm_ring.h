@@ -19,7 +19,7 @@
 namespace ptl::shm {
 
 constexpr uint64_t kMagic = 0x3450544c52494e47ull;  // "4PTLRING"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kCacheLine = 64;
 
 struct alignas(kCacheLine) RingControl {
@@ -28,6 +28,9 @@ struct alignas(kCacheLine) RingControl {
     int32_t owner_os_pid;
     uint32_t ncells;
     uint32_t cell_size;
+    // An area after the cells that the owner's engine lays out (its exports, issue 32).
+    uint64_t export_offset;
+    uint64_t export_size;
     alignas(kCacheLine) std::atomic<uint64_t> enqueue_pos;
     alignas(kCacheLine) std::atomic<uint64_t> dequeue_pos;  // cells before it are free again
     alignas(kCacheLine) std::atomic<uint32_t> doorbell;
@@ -59,8 +62,10 @@ class Ring {
 public:
     static size_t segment_size(uint32_t ncells, uint32_t cell_size);
 
-    // Lays out a fresh ring in `base` (owner only).
-    static void format(void *base, uint32_t ncells, uint32_t cell_size, int32_t owner_os_pid);
+    // Lays out a fresh ring in `base` (owner only); `export_size` bytes after the cells are
+    // left for the owner's exports.
+    static void format(void *base, uint32_t ncells, uint32_t cell_size, int32_t owner_os_pid,
+                       uint64_t export_size = 0);
 
     // Attaches to a mapped ring; false if it is not a formatted ring of this version.
     bool attach(void *base, size_t mapped_size);
@@ -89,6 +94,11 @@ public:
         return head(t)->seq.load(std::memory_order_acquire) == t + 1;
     }
     void ring_doorbell_if_sleeping();
+    // Producer: whether the consumer has processed and freed everything this producer pushed
+    // (it frees in order, after handling each message).
+    bool consumed_all_pushed() const {
+        return ctl_->dequeue_pos.load(std::memory_order_acquire) >= pushed_until_;
+    }
 
 private:
     void publish_padding(uint64_t pos, uint64_t cells);
@@ -103,6 +113,7 @@ private:
     // Producer: cells before this position are known free (a dequeue position seen + ncells).
     // Read by the pushes of one process, under its engine lock.
     uint64_t free_until_ = 0;
+    uint64_t pushed_until_ = 0;      // producer: the end of the last run it pushed
     std::atomic<uint64_t> tail_{0};  // written by the consumer only; read by may_hold_message
     uint64_t malformed_ = 0;         // consumer
 };

@@ -34,7 +34,8 @@ std::unique_ptr<ShmWire> ShmWire::create(PeerId self, const ShmConfig &cfg, std:
         *err = "shm_open " + w->name_ + ": " + std::strerror(errno);
         return nullptr;
     }
-    w->len_ = Ring::segment_size(cfg.ncells, cfg.cell_size);
+    const size_t ring_bytes = (Ring::segment_size(cfg.ncells, cfg.cell_size) + 4095) / 4096 * 4096;
+    w->len_ = ring_bytes + cfg.export_bytes;
     if (ftruncate(fd, off_t(w->len_)) != 0) {
         *err = "ftruncate " + w->name_ + ": " + std::strerror(errno);
         close(fd);
@@ -49,7 +50,7 @@ std::unique_ptr<ShmWire> ShmWire::create(PeerId self, const ShmConfig &cfg, std:
         shm_unlink(w->name_.c_str());
         return nullptr;
     }
-    Ring::format(w->base_, cfg.ncells, cfg.cell_size, getpid());
+    Ring::format(w->base_, cfg.ncells, cfg.cell_size, getpid(), cfg.export_bytes);
     // Under Yama ptrace_scope=1 cross-memory attach needs our consent; peers are processes
     // of the same user (the kernel still checks that).
 #ifdef PR_SET_PTRACER
@@ -181,6 +182,21 @@ int ShmWire::progress(const MessageHandler &handler) {
         }
     }
     return work;
+}
+
+void *ShmWire::peer_export_area(PeerId id, pid_t *os_pid) {
+    Peer *p = peer(id);
+    if (!p || p->dead) return nullptr;
+    const RingControl *c = p->ring.control();
+    const uint64_t off = c->export_offset, size = c->export_size;
+    if (size == 0 || off > p->len || size > p->len - off) return nullptr;
+    *os_pid = p->os_pid;
+    return static_cast<char *>(p->base) + off;
+}
+
+char *ShmWire::map_peer_pages(PeerId id, int fd, uint64_t ino, uint64_t len) {
+    Peer *p = peer(id);
+    return p && !p->dead ? p->pages.map(p->os_pid, fd, ino, len) : nullptr;
 }
 
 bool ShmWire::peer_dead(PeerId id) {

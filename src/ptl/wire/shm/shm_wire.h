@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../wire.h"
+#include "shared_pages.h"
 #include "shm_ring.h"
 
 namespace ptl::shm {
@@ -19,6 +20,7 @@ namespace ptl::shm {
 struct ShmConfig {
     uint32_t ncells = 4096;    // PTL_SHM_CELLS (power of two)
     uint32_t cell_size = 256;  // PTL_SHM_CELL_SIZE (bytes)
+    uint64_t export_bytes = 0;  // the engine's export area (direct_exports.h)
 };
 
 class ShmWire final : public Wire {
@@ -51,6 +53,22 @@ public:
     // Processes on this host we have sent to.
     size_t peer_count() const { return peers_.size(); }
 
+    // The direct path (issue 32). Our export area (ShmConfig::export_bytes, zeroed at start),
+    // and a live peer's, with its OS pid: null if it has none or cannot be reached.
+    void *export_area() const { return static_cast<char *>(base_) + rx_.control()->export_offset; }
+    void *peer_export_area(PeerId id, pid_t *os_pid);
+    // Whether the peer has handled every message we sent it (none waits in our backlog or its
+    // ring): an operation done directly now cannot overtake one of ours.
+    bool peer_handled_all(PeerId id) {
+        Peer *p = peer(id);
+        return p && p->backlog.empty() && p->ring.consumed_all_pushed();
+    }
+    bool adopt_pages(void *start, size_t len, SharedRange *out) { return adopted_.adopt(start, len, out); }
+    bool in_adopted_pages(const void *start, size_t len) const { return adopted_.covers(start, len); }
+    // A peer's adopted pages (its `fd`, inode `ino`, of length `len`), mapped here; null if they
+    // cannot be.
+    char *map_peer_pages(PeerId id, int fd, uint64_t ino, uint64_t len);
+
 private:
     struct Peer {
         PeerId id;
@@ -61,6 +79,7 @@ private:
         bool dead = false;
         uint64_t next_liveness_check_ns = 0;
         std::deque<std::vector<char>> backlog;  // serialized [u16 header_len][header][payload]
+        PeerPages pages;                        // its adopted pages we mapped
     };
 
     ShmWire() = default;
@@ -78,6 +97,7 @@ private:
     std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     std::atomic<int> backlog_peers_{0};
+    AdoptedPages adopted_;
 };
 
 }  // namespace ptl::shm

@@ -1,0 +1,229 @@
+// One-sided access without the target's CPU (DESIGN decision 9, issue 32), on the shm wire.
+//
+// Target side: a priority-list entry that needs no software at the target for an operation
+// (no full event for it, not use-once, not locally managed, no counting event, contiguous)
+// and that is the entry the match would pick for its key (the first LE of its portal; an ME
+// with no ignore bits and any source, first for its match bits, no wildcard ME before it) is
+// exported: its pages are adopted into a memory file (shared_pages.h) and a slot of the
+// export table (direct_exports.h) says where. Unlinking it, disabling its portal (by the
+// application or by flow control) or closing the NI revokes the slot and waits out the peers
+// inside it before returning.
+//
+// Initiator side: an operation to a peer on this host whose table has a live slot for its
+// key, whose permissions and bounds hold, and which has handled every message we sent it
+// before (the ordering rule: a direct operation never overtakes an earlier message) is done
+// here: data by loads and stores through the mapped file, atomics by CPU compare-and-swap.
+// Whatever the slot does not allow, the message path does, so every violation is reported by
+// the target exactly as before. The initiator's own events (SEND, ACK, REPLY) and counts are
+// posted as the responses would have made them.
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "../util/clock.h"
+#include "../wire/os_process.h"
+#include "../wire/shm/shm_wire.h"
+#include "atomic_ops.h"
+#include "engine.h"
+#include "events.h"
+
+namespace ptl {
+
+void Engine::open_exports() {
+    static_assert(sizeof(direct::Area) <= kExportAreaBytes);
+    exports_ = cfg_.direct ? new (shm_->export_area()) direct::Area() : nullptr;
+    export_owner_.assign(direct::kSlots, nullptr);
+}
+
+bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
+    if (!exports_ || !pt.enabled || e.list != PTL_PRIORITY_LIST || e.auto_unlinked || e.export_slot >= 0)
+        return false;
+    const unsigned o = e.opts();
+    if (o & (PTL_IOVEC | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL)) return false;
+    if (!(o & (PTL_ME_OP_PUT | PTL_ME_OP_GET)) || e.region.length == 0) return false;
+    // PUT, GET, ATOMIC and FETCH_ATOMIC are suppressed by the same options.
+    if (pt.eq && entry_allows_full(e, PTL_EVENT_PUT, true)) return false;
+    if (entry_count_amount(e, PTL_EVENT_PUT, true, 1)) return false;  // counting stays with the target
+    const MatchList &prio = pt.lists[PTL_PRIORITY_LIST];
+    if (!n.matching()) return prio.exact.empty() && prio.wildcard.front() == &e;
+    if (!e.exact) return false;
+    if (n.logical() ? e.desc.match_id.rank != PTL_RANK_ANY
+                    : (e.desc.match_id.phys.nid != PTL_NID_ANY || e.desc.match_id.phys.pid != PTL_PID_ANY))
+        return false;
+    const Entry *w = prio.wildcard.front();
+    if (w && w->seq < e.seq) return false;
+    auto it = prio.exact.find(e.desc.match_bits);
+    return it != prio.exact.end() && it->second.front() == &e;
+}
+
+void Engine::export_entry(Ni *n, Pt &pt, Entry *e) {
+    if (!exportable(*n, pt, *e)) return;
+    uint32_t i = 0;
+    while (i < direct::kSlots && export_owner_[i]) ++i;
+    if (i == direct::kSlots) return;
+    shm::SharedRange r;
+    if (!shm_->adopt_pages(e->region.start, e->region.length, &r)) {
+        PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported: its memory is not whole private pages",
+                  n->index, e->pt, e->is_me ? "me" : "le", e->handle);
+        return;
+    }
+    direct::Slot &s = exports_->slots[i];
+    s.match_bits = e->is_me ? e->desc.match_bits : 0;
+    s.start = reinterpret_cast<uint64_t>(e->region.start);
+    s.length = e->region.length;
+    s.file_offset = r.file_offset;
+    s.file_len = r.file_len;
+    s.file_ino = r.ino;
+    s.fd = r.fd;
+    s.options = e->opts();
+    s.uid = e->desc.uid;
+    s.pt_index = uint16_t(e->pt);
+    s.ni_index = uint8_t(n->index);
+    s.is_me = e->is_me;
+    s.gen.fetch_add(1, std::memory_order_release);  // odd: live
+    exports_->header.version.fetch_add(1, std::memory_order_release);
+    export_owner_[i] = e;
+    e->export_slot = int32_t(i);
+    ++pt.exports;
+    PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x exported: slot %u, %llu bytes", n->index, e->pt,
+              e->is_me ? "me" : "le", e->handle, i, (unsigned long long)s.length);
+}
+
+void Engine::revoke_export(Pt &pt, Entry *e) {
+    if (e->export_slot < 0) return;
+    const uint32_t i = uint32_t(e->export_slot);
+    direct::Slot &s = exports_->slots[i];
+    s.gen.fetch_add(1, std::memory_order_seq_cst);  // even: dead
+    exports_->header.version.fetch_add(1, std::memory_order_release);
+    // Wait out the peers inside the slot: a marking process that is gone never clears its mark.
+    const uint64_t warn_at = monotonic_ns() + 10'000'000'000ull;
+    for (direct::Mark &m : exports_->marks) {
+        while (m.inside.load(std::memory_order_seq_cst) == i + 1) {
+            if (os_process_gone(m.os_pid.load(std::memory_order_relaxed))) break;
+            if (monotonic_ns() > warn_at) {
+                std::fprintf(stderr,
+                             "portals: process %d has been inside an unlinked entry for 10 s; going on\n",
+                             int(m.os_pid.load(std::memory_order_relaxed)));
+                break;
+            }
+            sched_yield();
+        }
+    }
+    export_owner_[i] = nullptr;
+    e->export_slot = -1;
+    --pt.exports;
+}
+
+void Engine::revoke_exports(const Ni *n, ptl_pt_index_t pti, bool whole_ni) {
+    if (!exports_) return;
+    for (Entry *e : export_owner_)
+        if (e && e->ni == n && (whole_ni || e->pt == pti)) revoke_export(e->ni->pts[e->pt], e);
+}
+
+void Engine::export_front(Ni *n, Pt &pt, const Entry *removed) {
+    if (!exports_) return;
+    const MatchList &prio = pt.lists[PTL_PRIORITY_LIST];
+    if (!n->matching()) {
+        if (Entry *f = prio.wildcard.front()) export_entry(n, pt, f);
+        return;
+    }
+    auto front_of = [&](ptl_match_bits_t bits) {
+        auto it = prio.exact.find(bits);
+        if (it != prio.exact.end())
+            if (Entry *f = it->second.front()) export_entry(n, pt, f);
+    };
+    if (removed) {
+        if (removed->exact) front_of(removed->desc.match_bits);
+        return;
+    }
+    for (const auto &[bits, list] : prio.exact) front_of(bits);
+}
+
+void Engine::set_holding(bool holding) {
+    if (exports_) exports_->header.holding.store(holding, std::memory_order_release);
+}
+
+direct::PeerTable *Engine::peer_table(PeerId p) {
+    if (last_table_peer_ == p && last_table_) return last_table_;
+    auto it = peer_tables_.find(p);
+    if (it == peer_tables_.end()) {
+        pid_t owner = 0;
+        auto *area = static_cast<direct::Area *>(shm_->peer_export_area(p, &owner));
+        if (!area) return nullptr;  // looked up again next time: the peer may not be up yet
+        area->marks[self_.pid].os_pid.store(getpid(), std::memory_order_relaxed);
+        it = peer_tables_.emplace(p, std::make_unique<direct::PeerTable>(area, owner)).first;
+    }
+    last_table_peer_ = p;
+    return last_table_ = it->second.get();
+}
+
+bool Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
+    if (self_.pid >= direct::kMarks || wire_for(c.peer) != shm_.get()) return false;
+    direct::PeerTable *table = peer_table(c.peer);
+    if (!table) return false;
+    direct::Area *area = table->area();
+    if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer)) return false;
+    Ni *n = c.ni;
+    const int i = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
+    if (i < 0) return false;
+    direct::Slot &s = area->slots[i];
+    const uint64_t gen = s.gen.load(std::memory_order_acquire);
+    if (!(gen & 1)) return false;
+    const unsigned need = kind == TrigKind::Get                               ? PTL_ME_OP_GET
+                          : kind == TrigKind::Put || kind == TrigKind::Atomic ? PTL_ME_OP_PUT
+                                                                              : PTL_ME_OP_PUT | PTL_ME_OP_GET;
+    const uint64_t len = a.length, off = a.remote_offset;
+    // Permissions and truncation are the target's to report: the message path takes them.
+    if (!direct::allows(s, need, uid_) || off > s.length || len > s.length - off) return false;
+    if (s.file_offset > s.file_len || s.length > s.file_len - s.file_offset) return false;
+    char *file = shm_->map_peer_pages(c.peer, s.fd, s.file_ino, s.file_len);
+    if (!file) return false;
+    char *at = file + s.file_offset + off;
+    const bool atomic = kind != TrigKind::Put && kind != TrigKind::Get;
+    if (atomic && !atomics::in_place_capable(a.datatype, at, len)) return false;
+
+    direct::Mark &mark = area->marks[self_.pid];
+    mark.inside.store(uint32_t(i + 1), std::memory_order_seq_cst);
+    if (s.gen.load(std::memory_order_seq_cst) != gen) {
+        mark.inside.store(0, std::memory_order_release);
+        return false;
+    }
+    SmallVec<char, 256> src, fetched;
+    switch (kind) {
+        case TrigKind::Put: c.put_md->region.read(c.put_off, at, len, false); break;
+        case TrigKind::Get: c.get_md->region.write(c.get_off, at, len, false); break;
+        default: {
+            src.resize(len);
+            c.put_md->region.read(c.put_off, src.data(), len, false);
+            if (kind != TrigKind::Atomic) fetched.resize(len);
+            atomics::apply_in_place(a.op, a.datatype, at, src.data(), c.operand_len ? a.operand : nullptr,
+                                    len, kind == TrigKind::Atomic ? nullptr : fetched.data());
+            break;
+        }
+    }
+    mark.inside.store(0, std::memory_order_release);
+
+    if (trace_) [[unlikely]]
+        trace_->line("ni%u %s -> 0x%x:%u pt %u bits 0x%llx len %llu: direct (slot %d)", n->index,
+                     proto::op_name(uint8_t(kind == TrigKind::Put           ? proto::kPut
+                                            : kind == TrigKind::Get         ? proto::kGet
+                                            : kind == TrigKind::Atomic      ? proto::kAtomic
+                                            : kind == TrigKind::FetchAtomic ? proto::kFetchAtomic
+                                                                            : proto::kSwap)),
+                     c.peer.nid, c.peer.pid, a.pt_index, (unsigned long long)a.match_bits,
+                     (unsigned long long)len, i);
+    if (c.put_md) initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);
+    if (c.get_md) {
+        if (kind != TrigKind::Get) c.get_md->region.write(c.get_off, fetched.data(), len, false);
+        initiator_event(c.get_md, PTL_EVENT_REPLY, PTL_NI_OK, len, off, PTL_PRIORITY_LIST, a.user_ptr, true);
+    } else if (c.ack_req == PTL_OC_ACK_REQ) {
+        if (c.put_md->ct && (c.put_md->desc.options & PTL_MD_EVENT_CT_ACK)) ct_add(c.put_md->ct, true, 1);
+    } else if (c.ack_req != PTL_NO_ACK_REQ) {
+        initiator_event(c.put_md, PTL_EVENT_ACK, PTL_NI_OK, len, off, PTL_PRIORITY_LIST, a.user_ptr,
+                        c.ack_req == PTL_ACK_REQ);
+    }
+    return true;
+}
+
+}  // namespace ptl

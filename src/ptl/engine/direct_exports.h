@@ -1,0 +1,115 @@
+// The direct path's shared table (DESIGN decision 9, issue 32): the list entries a process
+// lets peers on its host reach without its CPU, and the marks with which those peers say they
+// are inside one. The owner writes slots under its engine lock; peers only read them, and each
+// writes its own mark. Laid out in the shm wire's export area, so every peer that maps our
+// ring finds it.
+//
+// Protocol. A slot is live while its generation is odd. An initiator reads the generation,
+// checks the slot's fields against its operation, stores the slot's number in its mark, and
+// reads the generation again: unchanged, it may access the memory until it clears the mark.
+// The owner revokes by making the generation even and then waiting until no mark names the
+// slot (or the marking process is gone). Both sides' store-then-load are sequentially
+// consistent, so either the initiator sees the revocation or the owner sees the mark: once a
+// revocation returns, no access through that slot is in progress or can start.
+#pragma once
+
+#include <portals4.h>
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <unordered_map>
+
+namespace ptl::direct {
+
+constexpr uint32_t kSlots = 512;
+constexpr uint32_t kMarks = PTL_PID_MAX;  // one per process of the host, by its Portals pid
+
+struct alignas(64) Header {
+    std::atomic<uint64_t> version;  // moves at every export and revocation: peers' caches
+    // The owner holds messages back (held_messages.h): a direct operation could overtake one.
+    std::atomic<uint32_t> holding;
+};
+
+struct alignas(128) Slot {
+    std::atomic<uint64_t> gen;  // odd: live
+    uint64_t match_bits;        // an ME's; 0 for an LE
+    uint64_t start;             // the entry's start in the owner's address space
+    uint64_t length;
+    uint64_t file_offset;  // of `start` in the memory file
+    uint64_t file_len;
+    uint64_t file_ino;  // the memory file's inode: its fd number may be reused
+    int32_t fd;         // the memory file, in the owner (shared_pages.h)
+    uint32_t options;
+    uint32_t uid;
+    uint16_t pt_index;
+    uint8_t ni_index;
+    uint8_t is_me;
+};
+static_assert(sizeof(Slot) == 128);
+
+struct alignas(64) Mark {
+    std::atomic<uint32_t> inside;  // slot number + 1 while the marking process accesses it
+    std::atomic<int32_t> os_pid;   // of the marking process, for the owner's liveness check
+};
+
+struct Area {
+    Header header;
+    Slot slots[kSlots];
+    Mark marks[kMarks];
+};
+
+// What a slot says an operation may do; the rest of the rules (bounds, atomics) are the
+// initiator's to check against the slot.
+inline bool allows(const Slot &s, unsigned need, ptl_uid_t uid) {
+    return (s.options & need) == need && (s.uid == PTL_UID_ANY || s.uid == uid);
+}
+
+// An initiator's view of one peer's table: the slot that takes (ni, pt, bits), cached until
+// the table's version moves.
+class PeerTable {
+public:
+    PeerTable(Area *a, pid_t owner) : area_(a), owner_(owner) {}
+    Area *area() const { return area_; }
+    pid_t owner() const { return owner_; }
+
+    // The slot that took the key when the table last changed, or -1 (the caller still checks
+    // its generation). Rescans the table when it changed since the last look.
+    int find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
+        const uint64_t v = area_->header.version.load(std::memory_order_acquire);
+        if (v != version_) {
+            cache_.clear();
+            version_ = v;
+        }
+        const Key key{uint32_t(ni) << 24 | uint32_t(is_me) << 16 | pt, is_me ? bits : 0};
+        auto it = cache_.find(key);
+        if (it != cache_.end()) return it->second;
+        int found = -1;
+        for (uint32_t i = 0; i < kSlots && found < 0; ++i) {
+            const Slot &s = area_->slots[i];
+            if ((s.gen.load(std::memory_order_acquire) & 1) && s.ni_index == ni && s.pt_index == pt &&
+                s.is_me == is_me && s.match_bits == key.bits)
+                found = int(i);
+        }
+        cache_.emplace(key, found);
+        return found;
+    }
+
+private:
+    struct Key {
+        uint32_t where;
+        uint64_t bits;
+        bool operator==(const Key &) const = default;
+    };
+    struct KeyHash {
+        size_t operator()(const Key &k) const {
+            return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
+        }
+    };
+    Area *area_;
+    pid_t owner_;
+    uint64_t version_ = ~uint64_t(0);
+    std::unordered_map<Key, int, KeyHash> cache_;
+};
+
+}  // namespace ptl::direct

@@ -1,0 +1,249 @@
+// One-sided operations without the target's CPU (DESIGN decision 9, issue 32), run by
+// test/run_direct.sh under `ptlrun -n 2` with PTL_PROGRESS=manual: no progress thread, so the
+// target's engine runs only inside the target's own Portals calls. Rank 1 is the target, set
+// up as a SHMEM library sets up its heap (a non-matching logical NI, one LE over page-aligned
+// memory, no events); after set-up it only spins on its memory, as shmem_wait_until does.
+// Rank 0 initiates. Every wait has a deadline.
+#include <portals4_rt.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "ptl_test_util.h"
+
+using namespace ptltest;
+
+namespace {
+
+constexpr size_t kHeap = 1 << 20;
+constexpr int kTarget = 1;
+constexpr int kInitiator = 0;
+
+bool spin_until(const std::function<bool()> &done, int seconds = 10) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (!done())
+        if (std::chrono::steady_clock::now() > deadline) return false;
+    return true;
+}
+
+volatile int64_t *word(void *heap, size_t i) {
+    return static_cast<volatile int64_t *>(heap) + i;
+}
+
+class Direct : public ::testing::Test {
+protected:
+    void SetUp() override {
+        ASSERT_EQ(ptlrt_init(), 0);
+        ASSERT_EQ(ptlrt_size(), 2) << "run under ptlrun -n 2";
+        ASSERT_EQ(PtlInit(), PTL_OK);
+        ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_LOGICAL, PTL_PID_ANY, nullptr,
+                            nullptr, &ni_),
+                  PTL_OK);
+        ASSERT_EQ(ptlrt_exchange_ids(ni_, nullptr), PTL_OK);
+        ASSERT_EQ(PtlEQAlloc(ni_, 256, &eq_), PTL_OK);
+        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 5, &pt_), PTL_OK);
+        heap_ = mmap(nullptr, kHeap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ASSERT_NE(heap_, MAP_FAILED);
+        std::memset(heap_, 0, 4096);  // touched pages keep their contents when adopted
+        word(heap_, 7)[0] = 77;
+        me_ = rank() == kTarget;
+    }
+    void TearDown() override {
+        EXPECT_EQ(ptlrt_barrier(), 0);
+        EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+        PtlFini();
+        munmap(heap_, kHeap);
+    }
+    static int rank() { return ptlrt_rank(); }
+    static ptl_process_t to(int r) {
+        ptl_process_t p{};
+        p.rank = ptl_rank_t(r);
+        return p;
+    }
+    ptl_handle_le_t append_heap(unsigned extra = 0) {
+        ptl_handle_le_t h = PTL_INVALID_HANDLE;
+        const ptl_le_t le = le_desc(
+            heap_, kHeap,
+            PTL_LE_OP_PUT | PTL_LE_OP_GET | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE | extra);
+        EXPECT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        return h;
+    }
+    ptl_handle_md_t bind_all() {
+        ptl_handle_md_t md;
+        ptl_md_t d = md_desc(nullptr, PTL_SIZE_MAX, md_eq(), PTL_CT_NONE, PTL_MD_EVENT_SEND_DISABLE);
+        EXPECT_EQ(PtlMDBind(ni_, &d, &md), PTL_OK);
+        return md;
+    }
+    ptl_handle_eq_t md_eq() {
+        if (md_eq_ == PTL_INVALID_HANDLE) EXPECT_EQ(PtlEQAlloc(ni_, 256, &md_eq_), PTL_OK);
+        return md_eq_;
+    }
+    // The initiator's REPLY (or ACK) for its last operation; its failure type.
+    ptl_ni_fail_t response() {
+        ptl_event_t ev = next_event(md_eq_);
+        EXPECT_TRUE(ev.type == PTL_EVENT_REPLY || ev.type == PTL_EVENT_ACK) << "event " << int(ev.type);
+        return ev.ni_fail_type;
+    }
+
+    ptl_handle_ni_t ni_{};
+    ptl_handle_eq_t eq_{}, md_eq_ = PTL_INVALID_HANDLE;
+    ptl_pt_index_t pt_{};
+    void *heap_ = nullptr;
+    bool me_ = false;
+};
+
+}  // namespace
+
+// The probe of issue 32: puts, gets, atomics, fetching atomics and swaps to a target that never
+// calls into Portals after set-up. G10 (application bypass), F38-F42.
+TEST_F(Direct, G10_PutsGetsAndAtomicsLandWhileTheTargetNeverCallsIn) {
+    if (me_) {
+        append_heap();
+        ASSERT_EQ(ptlrt_barrier(), 0);  // set up; from here on no Portals call until word 0 says 5
+        EXPECT_TRUE(spin_until([&] { return *word(heap_, 0) == 5; })) << "the last put never landed";
+        EXPECT_EQ(*word(heap_, 1), 1000);  // 1000 atomic adds of 1
+        EXPECT_EQ(*word(heap_, 2), -3);    // swapped in
+        EXPECT_EQ(*word(heap_, 3), 42);    // compare-and-swap that matched
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t v = 1;
+    for (int i = 0; i < 1000; ++i)
+        ASSERT_EQ(PtlAtomic(md, ptl_size_t(&v), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 8, nullptr, 0,
+                            PTL_SUM, PTL_INT64_T),
+                  PTL_OK);
+    int64_t got = 0;
+    ASSERT_EQ(PtlGet(md, ptl_size_t(&got), 8, to(kTarget), pt_, 0, 7 * 8, nullptr), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    EXPECT_EQ(got, 77) << "the target's contents before its memory became reachable are kept";
+    int64_t one = 1, before = -1;
+    ASSERT_EQ(PtlFetchAtomic(md, ptl_size_t(&before), md, ptl_size_t(&one), 8, to(kTarget), pt_, 0, 8,
+                             nullptr, 0, PTL_SUM, PTL_INT64_T),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    EXPECT_EQ(before, 1000);
+    ASSERT_EQ(PtlAtomic(md, ptl_size_t(&one), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 8, nullptr, 0, PTL_DIFF,
+                        PTL_INT64_T),
+              PTL_OK);
+    int64_t minus3 = -3, old = 99;
+    ASSERT_EQ(PtlSwap(md, ptl_size_t(&old), md, ptl_size_t(&minus3), 8, to(kTarget), pt_, 0, 16, nullptr, 0,
+                      nullptr, PTL_SWAP, PTL_INT64_T),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    EXPECT_EQ(old, 0);
+    int64_t zero = 0, fortytwo = 42;
+    ASSERT_EQ(PtlSwap(md, ptl_size_t(&old), md, ptl_size_t(&fortytwo), 8, to(kTarget), pt_, 0, 24, nullptr, 0,
+                      &zero, PTL_CSWAP, PTL_INT64_T),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    int64_t five = 5;
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&five), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);  // the ACK, without the target
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// U4 and issue 32's revocation rule: once PtlLEUnlink returns, no direct access lands, also
+// from an initiator that was writing without pause while the unlink ran.
+TEST_F(Direct, U4_NothingLandsOnceTheUnlinkReturns) {
+    if (me_) {
+        ptl_handle_le_t le = append_heap();
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_TRUE(spin_until([&] { return *word(heap_, 0) > 1000; })) << "the writer never started";
+        ASSERT_EQ(PtlLEUnlink(le), PTL_OK);
+        const int64_t at_unlink = *word(heap_, 0);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // the writer stops
+        ASSERT_EQ(ptlrt_barrier(), 0);  // and has stopped
+        EXPECT_EQ(*word(heap_, 0), at_unlink) << "a put landed after PtlLEUnlink returned";
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    std::atomic<bool> stop{false};
+    std::thread writer([&] {
+        for (int64_t i = 1; !stop.load(std::memory_order_relaxed); ++i)
+            ASSERT_EQ(PtlPut(md, ptl_size_t(&i), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0),
+                      PTL_OK);
+    });
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    stop = true;
+    writer.join();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// O1/O6 (total data ordering): a direct operation never overtakes an earlier message from the
+// same initiator. A put the target must process itself (its entry has events) goes first; the
+// put after it to the exported heap waits behind it until the target calls in.
+TEST_F(Direct, O6_ADirectPutDoesNotOvertakeAnEarlierMessage) {
+    int64_t flag = 0;
+    ptl_pt_index_t evented;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 6, &evented), PTL_OK);
+    if (me_) {
+        append_heap();
+        ptl_handle_le_t h;
+        const ptl_le_t le = le_desc(&flag, sizeof flag, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE);
+        ASSERT_EQ(PtlLEAppend(ni_, evented, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // both puts issued
+        EXPECT_EQ(*word(heap_, 0), 0) << "the second put overtook the first";
+        ptl_event_t ev = next_event(eq_);  // our progress: the first put, then the second
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+        EXPECT_TRUE(spin_until([&] {
+            ptl_event_t unused;
+            PtlEQGet(eq_, &unused);  // keeps our engine going
+            return *word(heap_, 0) == 2;
+        }));
+        EXPECT_EQ(flag, 1);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_EQ(PtlLEUnlink(h), PTL_OK);
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t one = 1, two = 2;
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&one), 8, PTL_NO_ACK_REQ, to(kTarget), evented, 0, 0, nullptr, 0),
+              PTL_OK);
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&two), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// A10 and §3.13.3: permissions hold as on the message path, and the violation is reported by
+// the target as before: a get from an entry without PTL_LE_OP_GET fails with
+// PTL_NI_OP_VIOLATION once the target calls in.
+TEST_F(Direct, A10_AViolationIsReportedAsTheTargetReportsIt) {
+    if (me_) {
+        ptl_handle_le_t h;
+        const ptl_le_t le =
+            le_desc(heap_, kHeap, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE);
+        ASSERT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ptl_sr_value_t v = 0;
+        EXPECT_TRUE(spin_until([&] {
+            ptl_event_t unused;
+            PtlEQGet(eq_, &unused);  // our progress: the get is refused here
+            EXPECT_EQ(PtlNIStatus(ni_, PTL_SR_OPERATION_VIOLATIONS, &v), PTL_OK);
+            return v == 1;
+        }));
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_EQ(PtlLEUnlink(h), PTL_OK);
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t got = 0;
+    ASSERT_EQ(PtlGet(md, ptl_size_t(&got), 8, to(kTarget), pt_, 0, 0, nullptr), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OP_VIOLATION);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}

@@ -1,0 +1,15 @@
+#!/bin/sh
+# Runs the direct-path suite (test/direct_test.cc) under ptlrun with 2 ranks and
+# PTL_PROGRESS=manual: the target's CPU does nothing for a peer's operation unless the target
+# calls in. Over the tcp wire the same programs must pass on the message path, where the tests
+# whose target never calls in cannot: they are skipped there (README: tcp keeps the message path).
+set -e
+top=$(cd "$(dirname "$0")/.." && pwd)
+b=${abs_top_builddir:-$top}
+ptlrun="$b/ptlrun"
+t="$b/test/direct_tests"
+[ -x "$t" ] || t="$b/test/.libs/direct_tests"
+echo "== PTL_PROGRESS=manual ptlrun -n 2 direct_tests (shm)"
+PTL_PROGRESS=manual "$ptlrun" -n 2 --timeout 120 "$t" --gtest_brief=1
+echo "== PTL_DIRECT=0 ptlrun -n 2 direct_tests: the message path keeps every rule (same target)"
+PTL_DIRECT=0 PTL_PROGRESS=manual "$ptlrun" -n 2 --timeout 120 "$t" --gtest_brief=1 --gtest_filter=-*NeverCallsIn*:*U4_*
