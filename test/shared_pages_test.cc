@@ -1,0 +1,127 @@
+// Adopted pages (src/ptl/wire/shm/shared_pages.h): memory of ours that peers load, store and
+// run CPU atomics on, at the address the application already uses, contents kept.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "../src/ptl/wire/shm/shared_pages.h"
+
+using ptl::shm::AdoptedPages;
+using ptl::shm::PeerPages;
+using ptl::shm::SharedRange;
+
+namespace {
+
+const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+
+char *map_anonymous(size_t len, void *at = nullptr) {
+    void *p =
+        mmap(at, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (at ? MAP_FIXED : 0), -1, 0);
+    return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
+}
+
+}  // namespace
+
+TEST(SharedPages, AdoptedMemoryKeepsItsAddressAndContentsAndIsSharedWithAPeersMapping) {
+    char *m = map_anonymous(4 * kPage);
+    ASSERT_NE(m, nullptr);
+    std::memset(m, 'a', kPage);              // touched
+    std::memset(m + 2 * kPage, 'c', kPage);  // touched; pages 1 and 3 never were
+    AdoptedPages adopted;
+    SharedRange r;
+    ASSERT_TRUE(adopted.adopt(m, 4 * kPage, &r));
+    EXPECT_EQ(r.file_offset, 0u);
+    EXPECT_EQ(r.file_len, 4 * kPage);
+    for (size_t i = 0; i < 4 * kPage; ++i) {
+        const char want = i < kPage ? 'a' : i >= 2 * kPage && i < 3 * kPage ? 'c' : 0;
+        ASSERT_EQ(m[i], want) << "byte " << i;
+    }
+    EXPECT_TRUE(adopted.covers(m + kPage, 8));
+    EXPECT_FALSE(adopted.covers(m + 4 * kPage - 4, 8));
+
+    PeerPages peer;  // this process stands in for the peer: /proc/self/fd/N is the same file
+    char *view = peer.map(getpid(), r.fd, r.ino, r.file_len);
+    ASSERT_NE(view, nullptr);
+    EXPECT_NE(view, m);
+    view[kPage + 5] = 'x';
+    EXPECT_EQ(m[kPage + 5], 'x');
+    m[3 * kPage + 7] = 'y';
+    EXPECT_EQ(view[3 * kPage + 7], 'y');
+    auto *counter = reinterpret_cast<uint64_t *>(view + 64);
+    for (int i = 0; i < 1000; ++i) __atomic_fetch_add(counter, 1, __ATOMIC_SEQ_CST);
+    EXPECT_EQ(*reinterpret_cast<volatile uint64_t *>(m + 64), 0x6161616161616161ull + 1000);
+    EXPECT_EQ(peer.map(getpid(), r.fd, r.ino + 1, r.file_len), nullptr) << "another file under that number";
+
+    SharedRange inner;
+    ASSERT_TRUE(adopted.adopt(m + kPage, kPage, &inner)) << "a range inside an adopted one is reused";
+    EXPECT_EQ(inner.fd, r.fd);
+    EXPECT_EQ(inner.file_offset, kPage);
+    munmap(m, 4 * kPage);
+}
+
+TEST(SharedPages, OnlyWholePagesOfPrivateWritableMemoryAreAdopted) {
+    char *m = map_anonymous(2 * kPage);
+    ASSERT_NE(m, nullptr);
+    AdoptedPages adopted;
+    SharedRange r;
+    EXPECT_FALSE(adopted.adopt(m + 8, kPage, &r)) << "a partial first page";
+    EXPECT_FALSE(adopted.adopt(m, kPage + 8, &r)) << "a partial last page";
+    EXPECT_FALSE(adopted.adopt(m, 0, &r));
+    char *ro = static_cast<char *>(mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(ro, MAP_FAILED);
+    EXPECT_FALSE(adopted.adopt(ro, kPage, &r)) << "read-only memory";
+    munmap(ro, kPage);
+    ASSERT_TRUE(adopted.adopt(m, kPage, &r));
+    EXPECT_FALSE(adopted.adopt(m, 2 * kPage, &r)) << "partly adopted already";
+    munmap(m, 2 * kPage);
+}
+
+// After fork() the child must have private memory there, as it had before adoption: shared
+// heap pages would let parent and child overwrite each other's allocations.
+TEST(SharedPages, AForkedChildGetsPrivateCopies) {
+    char *m = map_anonymous(2 * kPage);
+    ASSERT_NE(m, nullptr);
+    std::memset(m, 'p', 2 * kPage);
+    AdoptedPages adopted;
+    SharedRange r;
+    ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &r));
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        const bool copied = m[0] == 'p' && m[2 * kPage - 1] == 'p';
+        std::memset(m, 'c', 2 * kPage);
+        _exit(copied ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child did not see the contents";
+    EXPECT_EQ(m[0], 'p') << "the child's write reached the parent";
+    EXPECT_EQ(m[2 * kPage - 1], 'p');
+    munmap(m, 2 * kPage);
+}
+
+// The application may free adopted memory and get new memory at the same address: it is
+// adopted afresh, not answered with the old file, which no longer backs that address.
+TEST(SharedPages, MemoryMappedAgainWhereAdoptedPagesWereIsAdoptedAfresh) {
+    char *m = map_anonymous(2 * kPage);
+    ASSERT_NE(m, nullptr);
+    AdoptedPages adopted;
+    SharedRange first, second;
+    ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &first));
+    ASSERT_EQ(munmap(m, 2 * kPage), 0);
+    ASSERT_EQ(map_anonymous(2 * kPage, m), m);
+    std::memset(m, 'n', 2 * kPage);
+    ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &second));
+    EXPECT_NE(second.ino, first.ino);
+    PeerPages peer;
+    char *view = peer.map(getpid(), second.fd, second.ino, second.file_len);
+    ASSERT_NE(view, nullptr);
+    EXPECT_EQ(view[kPage], 'n');
+    view[0] = 'v';
+    EXPECT_EQ(m[0], 'v');
+    munmap(m, 2 * kPage);
+}
