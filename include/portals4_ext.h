@@ -24,6 +24,16 @@ int PtlXProgress(void);
  * what is left (PTL_ME_NO_TRUNCATE) never reaches past the ME. */
 #define PTLX_ME_SLOTS (1u << 30)
 
+/* An MD option: an operation from this MD that the engine completes within the call (the
+ * direct path: the target is on this host and its entry needs no software at the target, see
+ * the README) posts no event and no count on the initiator's side and returns PTLX_DONE
+ * instead of PTL_OK: it is complete, data in place, when the call returns. Any other
+ * operation from the MD behaves as without the option. The MD that decides is the one that
+ * would report completion: the get MD of PtlGet, PtlFetchAtomic and PtlSwap, else the put
+ * MD. For clients that complete operations themselves when they can (the UCT component's
+ * RMA and atomics, which then return UCS_OK). */
+#define PTLX_MD_COMPLETE_IN_CALL (1u << 27)
+#define PTLX_DONE 64
 /* Arms a one-shot wake-up: the next event posted to `eq` writes an 8-byte 1 to `fd` (an
  * eventfd or a pipe). Returns PTL_OK when armed, PTL_IN_USE when events are already waiting
  * (not armed: read them first), PTL_FAIL with PTL_PROGRESS=manual (no thread would deliver

@@ -4,6 +4,7 @@
 // up as a SHMEM library sets up its heap (a non-matching logical NI, one LE over page-aligned
 // memory, no events); after set-up it only spins on its memory, as shmem_wait_until does.
 // Rank 0 initiates. Every wait has a deadline.
+#include <portals4_ext.h>
 #include <portals4_rt.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -244,6 +245,51 @@ TEST_F(Direct, A10_AViolationIsReportedAsTheTargetReportsIt) {
     int64_t got = 0;
     ASSERT_EQ(PtlGet(md, ptl_size_t(&got), 8, to(kTarget), pt_, 0, 0, nullptr), PTL_OK);
     EXPECT_EQ(response(), PTL_NI_OP_VIOLATION);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// PTLX_MD_COMPLETE_IN_CALL (portals4_ext.h): what the engine does in the call returns PTLX_DONE
+// with no initiator event; what it cannot (the target's entry has events) returns PTL_OK and
+// completes with its events as always.
+TEST_F(Direct, X_CompleteInCallOperationsReturnDoneAndPostNoEvent) {
+    int64_t flag = 0;
+    ptl_pt_index_t evented;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 6, &evented), PTL_OK);
+    if (me_) {
+        append_heap();
+        ptl_handle_le_t h;
+        const ptl_le_t le = le_desc(&flag, sizeof flag, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE);
+        ASSERT_EQ(PtlLEAppend(ni_, evented, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_TRUE(spin_until([&] {
+            ptl_event_t unused;
+            PtlEQGet(eq_, &unused);  // our progress, for the put with events
+            return flag == 9;
+        }));
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_EQ(PtlLEUnlink(h), PTL_OK);
+        return;
+    }
+    ptl_handle_md_t md;
+    ptl_md_t d = md_desc(nullptr, PTL_SIZE_MAX, md_eq(), PTL_CT_NONE, PTLX_MD_COMPLETE_IN_CALL);
+    ASSERT_EQ(PtlMDBind(ni_, &d, &md), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t seven = 7, got = 0, one = 1, before = -1;
+    EXPECT_EQ(PtlPut(md, ptl_size_t(&seven), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 40, nullptr, 0), PTLX_DONE);
+    EXPECT_EQ(PtlGet(md, ptl_size_t(&got), 8, to(kTarget), pt_, 0, 40, nullptr), PTLX_DONE);
+    EXPECT_EQ(got, 7) << "the data is in place when the call returns";
+    EXPECT_EQ(PtlFetchAtomic(md, ptl_size_t(&before), md, ptl_size_t(&one), 8, to(kTarget), pt_, 0, 40,
+                             nullptr, 0, PTL_SUM, PTL_INT64_T),
+              PTLX_DONE);
+    EXPECT_EQ(before, 7);
+    ptl_event_t ev;
+    EXPECT_EQ(PtlEQGet(md_eq_, &ev), PTL_EQ_EMPTY) << "event " << int(ev.type);
+    int64_t nine = 9;
+    EXPECT_EQ(PtlPut(md, ptl_size_t(&nine), 8, PTL_ACK_REQ, to(kTarget), evented, 0, 0, nullptr, 0), PTL_OK);
+    ev = next_event(md_eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_SEND);
+    EXPECT_EQ(response(), PTL_NI_OK);
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }

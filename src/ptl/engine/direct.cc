@@ -158,36 +158,37 @@ direct::PeerTable *Engine::peer_table(PeerId p) {
     return last_table_ = it->second.get();
 }
 
-bool Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
-    if (self_.pid >= direct::kMarks || wire_for(c.peer) != shm_.get()) return false;
+int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call) {
+    if (self_.pid >= direct::kMarks || wire_for(c.peer) != shm_.get()) return kNotDirect;
     direct::PeerTable *table = peer_table(c.peer);
-    if (!table) return false;
+    if (!table) return kNotDirect;
     direct::Area *area = table->area();
-    if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer)) return false;
+    if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer))
+        return kNotDirect;
     Ni *n = c.ni;
     const int i = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
-    if (i < 0) return false;
+    if (i < 0) return kNotDirect;
     direct::Slot &s = area->slots[i];
     const uint64_t gen = s.gen.load(std::memory_order_acquire);
-    if (!(gen & 1)) return false;
+    if (!(gen & 1)) return kNotDirect;
     const unsigned need = kind == TrigKind::Get                               ? PTL_ME_OP_GET
                           : kind == TrigKind::Put || kind == TrigKind::Atomic ? PTL_ME_OP_PUT
                                                                               : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     const uint64_t len = a.length, off = a.remote_offset;
     // Permissions and truncation are the target's to report: the message path takes them.
-    if (!direct::allows(s, need, uid_) || off > s.length || len > s.length - off) return false;
-    if (s.file_offset > s.file_len || s.length > s.file_len - s.file_offset) return false;
+    if (!direct::allows(s, need, uid_) || off > s.length || len > s.length - off) return kNotDirect;
+    if (s.file_offset > s.file_len || s.length > s.file_len - s.file_offset) return kNotDirect;
     char *file = shm_->map_peer_pages(c.peer, s.fd, s.file_ino, s.file_len);
-    if (!file) return false;
+    if (!file) return kNotDirect;
     char *at = file + s.file_offset + off;
     const bool atomic = kind != TrigKind::Put && kind != TrigKind::Get;
-    if (atomic && !atomics::in_place_capable(a.datatype, at, len)) return false;
+    if (atomic && !atomics::in_place_capable(a.datatype, at, len)) return kNotDirect;
 
     direct::Mark &mark = area->marks[self_.pid];
     mark.inside.store(uint32_t(i + 1), std::memory_order_seq_cst);
     if (s.gen.load(std::memory_order_seq_cst) != gen) {
         mark.inside.store(0, std::memory_order_release);
-        return false;
+        return kNotDirect;
     }
     SmallVec<char, 256> src, fetched;
     switch (kind) {
@@ -213,9 +214,11 @@ bool Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) 
                                                                             : proto::kSwap)),
                      c.peer.nid, c.peer.pid, a.pt_index, (unsigned long long)a.match_bits,
                      (unsigned long long)len, i);
+    if (c.get_md && kind != TrigKind::Get) c.get_md->region.write(c.get_off, fetched.data(), len, false);
+    const Md *reporter = c.get_md ? c.get_md : c.put_md;
+    if (in_call && (reporter->desc.options & PTLX_MD_COMPLETE_IN_CALL)) return PTLX_DONE;
     if (c.put_md) initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);
     if (c.get_md) {
-        if (kind != TrigKind::Get) c.get_md->region.write(c.get_off, fetched.data(), len, false);
         initiator_event(c.get_md, PTL_EVENT_REPLY, PTL_NI_OK, len, off, PTL_PRIORITY_LIST, a.user_ptr, true);
     } else if (c.ack_req == PTL_OC_ACK_REQ) {
         if (c.put_md->ct && (c.put_md->desc.options & PTL_MD_EVENT_CT_ACK)) ct_add(c.put_md->ct, true, 1);
@@ -223,7 +226,7 @@ bool Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) 
         initiator_event(c.put_md, PTL_EVENT_ACK, PTL_NI_OK, len, off, PTL_PRIORITY_LIST, a.user_ptr,
                         c.ack_req == PTL_ACK_REQ);
     }
-    return true;
+    return PTL_OK;
 }
 
 }  // namespace ptl

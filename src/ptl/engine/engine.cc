@@ -598,7 +598,7 @@ int Engine::md_bind(ptl_handle_ni_t h, const ptl_md_t *d, ptl_handle_md_t *out) 
     constexpr unsigned known = PTL_IOVEC | PTL_MD_EVENT_CT_SEND | PTL_MD_EVENT_CT_REPLY |
                                PTL_MD_EVENT_CT_ACK | PTL_MD_UNORDERED | PTL_MD_EVENT_SUCCESS_DISABLE |
                                PTL_MD_VOLATILE | PTL_MD_EVENT_SEND_DISABLE | PTL_MD_UNRELIABLE |
-                               PTL_MD_EVENT_CT_BYTES;
+                               PTL_MD_EVENT_CT_BYTES | PTLX_MD_COMPLETE_IN_CALL;
     if (d->options & ~known) return PTL_ARG_INVALID;
     auto md = std::make_unique<Md>();
     md->ni = n;

@@ -206,7 +206,8 @@ private:
         PeerId peer{};
     };
     int check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
-    int start_op(TrigKind kind, const DataOpArgs &a);
+    // in_call: made by an API call (which may return PTLX_DONE), not fired as a trigger.
+    int start_op(TrigKind kind, const DataOpArgs &a, bool in_call = false);
 
     // The direct path (direct.cc, DESIGN decision 9).
     static constexpr uint64_t kExportAreaBytes = 256 * 1024;
@@ -223,7 +224,10 @@ private:
     bool cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
                      size_t data_len) const;
     direct::PeerTable *peer_table(PeerId p);
-    bool try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c);
+    // kNotDirect: the message path's turn; else done, PTL_OK or, `in_call` (an API call, not a
+    // triggered operation) from a PTLX_MD_COMPLETE_IN_CALL MD, PTLX_DONE (direct.cc).
+    static constexpr int kNotDirect = -1;
+    int try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call);
     // The initiator's event and count of an operation; inline so that an MD with neither (most
     // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,

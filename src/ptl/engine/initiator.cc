@@ -56,7 +56,7 @@ void Engine::post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t f
 
 int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     Lock lk(mu_);
-    const int rc = start_op(kind, a);
+    const int rc = start_op(kind, a, true);
     finish_call();
     if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
     return rc;
@@ -106,10 +106,11 @@ int Engine::check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
     return PTL_OK;
 }
 
-int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
+int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool in_call) {
     CheckedOp c;
     if (int rc = check_op(kind, a, c); rc != PTL_OK) return rc;
-    if (cfg_.direct && c.peer.nid == self_.nid && !(c.peer == self_) && try_direct(kind, a, c)) return PTL_OK;
+    if (cfg_.direct && c.peer.nid == self_.nid && !(c.peer == self_))
+        if (const int done = try_direct(kind, a, c, in_call); done != kNotDirect) return done;
     const uint8_t op = proto_op(kind);
     Md *put_md = c.put_md, *get_md = c.get_md;
     Ni *n = c.ni;

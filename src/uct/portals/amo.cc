@@ -2,6 +2,8 @@
 // the ME the rkey names. Operands live in the operation, which the engine reads at the call.
 #include "iface_impl.h"
 
+#include <cstring>
+
 using namespace uct_portals;
 
 namespace {
@@ -35,7 +37,7 @@ ucs_status_t post(uct_ep_h tl_ep, unsigned opcode, uint64_t value, unsigned size
                              size == 4 ? PTL_UINT32_T : PTL_UINT64_T);
     if (rc != PTL_OK) {
         f->put_op(op);
-        return status_of(rc);
+        return rc == PTLX_DONE ? UCS_OK : status_of(rc);  // done by the engine in the call
     }
     return UCS_OK;
 }
@@ -65,9 +67,10 @@ ucs_status_t fetch(uct_ep_h tl_ep, unsigned opcode, uint64_t value, uint64_t com
         rc = PtlFetchAtomic(f->md, get_off, f->md_volatile, put_off, size, ep->peer, rk->pt, rk->key,
                             remote_addr - rk->base, op, 0, op_kind, type);
     }
+    if (rc == PTLX_DONE) std::memcpy(result, &op->fetched, size);  // done in the call: as the REPLY would
     if (rc != PTL_OK) {
         f->put_op(op);
-        return status_of(rc);
+        return rc == PTLX_DONE ? UCS_OK : status_of(rc);
     }
     return UCS_INPROGRESS;
 }

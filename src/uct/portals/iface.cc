@@ -18,7 +18,8 @@ ptl_md_t whole_memory_md(ptl_handle_eq_t eq, unsigned options) {
     ptl_md_t md{};
     md.start = nullptr;
     md.length = PTL_SIZE_MAX;
-    md.options = options | PTL_MD_EVENT_SEND_DISABLE;
+    // RMA and atomics the engine does in the call (the direct path) complete there (UCS_OK).
+    md.options = options | PTL_MD_EVENT_SEND_DISABLE | PTLX_MD_COMPLETE_IN_CALL;
     md.eq_handle = eq;
     md.ct_handle = PTL_CT_NONE;
     return md;

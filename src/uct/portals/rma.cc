@@ -41,7 +41,7 @@ ucs_status_t put(Ep *ep, const void *src, size_t length, uint64_t remote_addr, u
                           PTL_ACK_REQ, ep->peer, t.pt, t.bits, t.offset, op, 0);
     if (rc != PTL_OK) {
         f->put_op(op);
-        return status_of(rc);
+        return rc == PTLX_DONE ? UCS_OK : status_of(rc);  // done by the engine in the call
     }
     return UCS_INPROGRESS;
 }
@@ -52,11 +52,12 @@ ucs_status_t get(Ep *ep, Op *op, void *dst, size_t length, uint64_t remote_addr,
     int rc = PTL_ARG_INVALID;
     if (target_of(ep, rkey, remote_addr, length, &t))
         rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, t.pt, t.bits, t.offset, op);
+    if (rc == PTLX_DONE && op->bounce) op->unpack_cb(op->unpack_arg, op->bounce, length);  // done in the call
     if (rc != PTL_OK) {
         std::free(op->bounce);
         op->bounce = nullptr;
         f->put_op(op);
-        return status_of(rc);
+        return rc == PTLX_DONE ? UCS_OK : status_of(rc);
     }
     return UCS_INPROGRESS;
 }
