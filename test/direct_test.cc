@@ -293,3 +293,72 @@ TEST_F(Direct, X_CompleteInCallOperationsReturnDoneAndPostNoEvent) {
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }
+
+// C5/C8 and TR1: puts into an entry that counts on a CT are counted by the initiator (a CPU
+// atomic add on the target's counter), once each; a target waiting in PtlCTPoll sees the
+// count, a CT_BYTES entry counts bytes, and a triggered operation armed on the CT fires when
+// peers' counts reach its threshold.
+TEST_F(Direct, C5_TR1_CountedPutsAreCountedOnceAndFireTriggersWhileTheTargetNeverCallsIn) {
+    constexpr int kPuts = 200;
+    ptl_handle_ct_t ct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &ct), PTL_OK);
+    ptl_pt_index_t bytes_pt;
+    ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 7, &bytes_pt), PTL_OK);
+    if (me_) {
+        ptl_handle_le_t h, hb;
+        const ptl_le_t le = le_desc(
+            heap_, kHeap / 2,
+            PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE | PTL_LE_EVENT_CT_COMM, ct);
+        ASSERT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ptl_handle_ct_t bct;
+        ASSERT_EQ(PtlCTAlloc(ni_, &bct), PTL_OK);
+        const ptl_le_t leb = le_desc(static_cast<char *>(heap_) + kHeap / 2, kHeap / 2,
+                                     PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE |
+                                         PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_CT_BYTES,
+                                     bct);
+        ASSERT_EQ(PtlLEAppend(ni_, bytes_pt, &leb, PTL_PRIORITY_LIST, nullptr, &hb), PTL_OK);
+        // When all are counted, tell the initiator: a put of ours into its heap, fired by the CT.
+        ptl_handle_md_t md = bind_all();
+        static int64_t done_word = 1;
+        ASSERT_EQ(PtlTriggeredPut(md, ptl_size_t(&done_word), 8, PTL_NO_ACK_REQ, to(kInitiator), pt_, 0, 0,
+                                  nullptr, 0, ct, kPuts),
+                  PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // all puts issued; no Portals call of ours since set-up
+        EXPECT_EQ(std::memcmp(static_cast<char *>(heap_) + 8 * (kPuts - 1), "sixteen ", 8), 0)
+            << "the counted puts did not land without us";
+        EXPECT_EQ(ct_wait(ct, kPuts).success, uint64_t(kPuts));
+        EXPECT_EQ(ct_wait(bct, 16 * kPuts).success, uint64_t(16 * kPuts));
+        ASSERT_EQ(ptlrt_barrier(), 0);  // the initiator saw the triggered put
+        ptl_ct_event_t v{};
+        ASSERT_EQ(PtlCTGet(ct, &v), PTL_OK);
+        EXPECT_EQ(v.success, uint64_t(kPuts)) << "counted once each";
+        EXPECT_EQ(v.failure, 0u);
+        ASSERT_EQ(PtlCTSet(ct, {5, 0}), PTL_OK);
+        ASSERT_EQ(PtlCTGet(ct, &v), PTL_OK);
+        EXPECT_EQ(v.success, 5u) << "PtlCTSet sets the sum of our and peers' counts";
+        EXPECT_EQ(PtlLEUnlink(h), PTL_OK);
+        EXPECT_EQ(PtlLEUnlink(hb), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+        return;
+    }
+    append_heap();  // where the target's triggered put lands
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    char src[16] = "sixteen bytes..";
+    for (int i = 0; i < kPuts; ++i) {
+        ASSERT_EQ(PtlPut(md, ptl_size_t(src), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 8 * i, nullptr, 0),
+                  PTL_OK);
+        ASSERT_EQ(
+            PtlPut(md, ptl_size_t(src), 16, PTL_NO_ACK_REQ, to(kTarget), bytes_pt, 0, 16 * i, nullptr, 0),
+            PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_TRUE(spin_until([&] {
+        ptl_event_t unused;
+        PtlEQGet(eq_, &unused);  // our progress, for the triggered put
+        return *word(heap_, 0) == 1;
+    })) << "the trigger on the counted CT did not fire";
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}

@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "../util/clock.h"
@@ -34,6 +35,7 @@ void Engine::open_exports() {
     static_assert(sizeof(direct::Area) <= kExportAreaBytes);
     exports_ = cfg_.direct ? new (shm_->export_area()) direct::Area() : nullptr;
     export_owner_.assign(direct::kSlots, nullptr);
+    counter_owner_.assign(direct::kCounters, nullptr);
 }
 
 bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
@@ -44,7 +46,11 @@ bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
     if (!(o & (PTL_ME_OP_PUT | PTL_ME_OP_GET)) || e.region.length == 0) return false;
     // PUT, GET, ATOMIC and FETCH_ATOMIC are suppressed by the same options.
     if (pt.eq && entry_allows_full(e, PTL_EVENT_PUT, true)) return false;
-    if (entry_count_amount(e, PTL_EVENT_PUT, true, 1)) return false;  // counting stays with the target
+    // Counting on a CT peers can add to (not the overflow's, nor failures: those take the
+    // message path).
+    if (e.ct && (o & PTL_ME_EVENT_CT_COMM) && e.ct->remote_slot < 0 &&
+        std::find(counter_owner_.begin(), counter_owner_.end(), nullptr) == counter_owner_.end())
+        return false;
     const MatchList &prio = pt.lists[PTL_PRIORITY_LIST];
     if (!n.matching()) return prio.exact.empty() && prio.wildcard.front() == &e;
     if (!e.exact) return false;
@@ -62,6 +68,7 @@ void Engine::export_entry(Ni *n, Pt &pt, Entry *e) {
     uint32_t i = 0;
     while (i < direct::kSlots && export_owner_[i]) ++i;
     if (i == direct::kSlots) return;
+    const bool counted = e->ct && (e->opts() & PTL_ME_EVENT_CT_COMM);
     shm::SharedRange r;
     if (!shm_->adopt_pages(e->region.start, e->region.length, &r)) {
         PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported: its memory is not whole private pages",
@@ -81,6 +88,8 @@ void Engine::export_entry(Ni *n, Pt &pt, Entry *e) {
     s.pt_index = uint16_t(e->pt);
     s.ni_index = uint8_t(n->index);
     s.is_me = e->is_me;
+    s.counter = counted ? remote_counter(e->ct) : -1;
+    s.count_bytes = (e->opts() & PTL_ME_EVENT_CT_BYTES) != 0;
     s.gen.fetch_add(1, std::memory_order_release);  // odd: live
     exports_->header.version.fetch_add(1, std::memory_order_release);
     export_owner_[i] = e;
@@ -138,6 +147,38 @@ void Engine::export_front(Ni *n, Pt &pt, const Entry *removed) {
         return;
     }
     for (const auto &[bits, list] : prio.exact) front_of(bits);
+}
+
+int32_t Engine::remote_counter(Ct *c) {
+    if (c->remote_slot >= 0) return c->remote_slot;
+    const auto it = std::find(counter_owner_.begin(), counter_owner_.end(), nullptr);  // exportable checked
+    const int32_t i = int32_t(it - counter_owner_.begin());
+    direct::Counter &k = exports_->counters[i];
+    const ptl_ct_event_t v = c->value();
+    k.counts[0].store(0, std::memory_order_relaxed);
+    k.counts[1].store(0, std::memory_order_relaxed);
+    *it = c;
+    c->remote = k.counts;
+    c->remote_slot = i;
+    c->set(v);
+    return i;
+}
+
+void Engine::release_remote_counter(Ct *c) {
+    if (!exports_ || c->remote_slot < 0) return;
+    for (Entry *e : export_owner_)
+        if (e && e->ct == c) revoke_export(e->ni->pts[e->pt], e);
+    const ptl_ct_event_t v = c->value();  // the counts stay the CT's own
+    counter_owner_[size_t(c->remote_slot)] = nullptr;
+    c->remote = nullptr;
+    c->remote_slot = -1;
+    c->set(v);
+}
+
+void Engine::take_remote_counts() {
+    if (!exports_->header.counted.exchange(0, std::memory_order_acq_rel)) return;
+    for (Ct *c : counter_owner_)
+        if (c) ct_changed(c);
 }
 
 void Engine::set_holding(bool holding) {
@@ -202,6 +243,12 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
                                     len, kind == TrigKind::Atomic ? nullptr : fetched.data());
             break;
         }
+    }
+    if (s.counter >= 0 && uint32_t(s.counter) < direct::kCounters) {
+        // Inside the mark: a revoked counter may be given to another CT once we are out.
+        area->counters[s.counter].counts[0].fetch_add(s.count_bytes ? len : 1, std::memory_order_acq_rel);
+        area->header.counted.store(1, std::memory_order_release);
+        shm_->wake_peer(c.peer);  // a target asleep in PtlCTWait, or its progress thread
     }
     mark.inside.store(0, std::memory_order_release);
 

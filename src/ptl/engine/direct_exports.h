@@ -24,11 +24,19 @@ namespace ptl::direct {
 
 constexpr uint32_t kSlots = 512;
 constexpr uint32_t kMarks = PTL_PID_MAX;  // one per process of the host, by its Portals pid
+constexpr uint32_t kCounters = 256;
 
 struct alignas(64) Header {
     std::atomic<uint64_t> version;  // moves at every export and revocation: peers' caches
     // The owner holds messages back (held_messages.h): a direct operation could overtake one.
     std::atomic<uint32_t> holding;
+    // A peer added to a counter since the owner last looked (its waiters and triggers).
+    std::atomic<uint32_t> counted;
+};
+
+// A CT's counts made by peers (the owner adds its own): success, failure.
+struct alignas(64) Counter {
+    std::atomic<uint64_t> counts[2];
 };
 
 struct alignas(128) Slot {
@@ -45,6 +53,8 @@ struct alignas(128) Slot {
     uint16_t pt_index;
     uint8_t ni_index;
     uint8_t is_me;
+    int32_t counter;       // the entry's CT's counter, or -1: no counting event
+    uint32_t count_bytes;  // PTL_LE_EVENT_CT_BYTES: the counter takes bytes, not operations
 };
 static_assert(sizeof(Slot) == 128);
 
@@ -57,6 +67,7 @@ struct Area {
     Header header;
     Slot slots[kSlots];
     Mark marks[kMarks];
+    Counter counters[kCounters];
 };
 
 // What a slot says an operation may do; the rest of the rules (bounds, atomics) are the

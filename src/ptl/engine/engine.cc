@@ -412,6 +412,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     PTL_TRACE_NOTABLE(trace_.get(), "ni%u fini", n->index);
     event_seq_.fetch_add(1, std::memory_order_release);  // its EQs are gone (app_progress_take)
     revoke_exports(n, 0, true);
+    n->cts.for_each([this](Ct &c) { release_remote_counter(&c); });
     nis_[n->index] = nullptr;
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
@@ -754,6 +755,7 @@ int Engine::ct_free(ptl_handle_ct_t h) {
         if (!(c = ct_of(h))) return PTL_ARG_INVALID;
     }
     Ni *n = c->ni;
+    release_remote_counter(c);  // revokes the exported entries that count here
     n->triggered -= uint32_t(c->triggered.size());
     // Objects still pointing at it stop counting instead of touching freed memory (§3.14.3).
     n->mds.for_each([c](Md &m) {
@@ -833,8 +835,7 @@ int Engine::ct_set(ptl_handle_ct_t h, ptl_ct_event_t v) {
     Lock lk(mu_);
     Ct *c = ct_of(h);
     if (!c) return PTL_ARG_INVALID;
-    c->success.store(v.success, std::memory_order_release);
-    c->failure.store(v.failure, std::memory_order_release);
+    c->set(v);
     ct_changed(c);
     finish_call();
     return PTL_OK;
@@ -1067,6 +1068,8 @@ int Engine::progress_locked(uint64_t now_ns) {
     }
     int work = 0;
     if (!held_.empty()) work += replay_held(t);
+    if (exports_ && exports_->header.counted.load(std::memory_order_relaxed)) [[unlikely]]
+        take_remote_counts();
     if (holding_published_ && held_.empty()) {
         holding_published_ = false;
         set_holding(false);

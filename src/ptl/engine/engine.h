@@ -221,6 +221,11 @@ private:
     // every candidate, as after PtlPTEnable).
     void export_front(Ni *n, Pt &pt, const Entry *removed);
     void set_holding(bool holding);
+    // Counts peers made on our CTs (direct_exports.h): their waiters and triggers learn of
+    // them at our next progress.
+    void take_remote_counts();
+    void release_remote_counter(Ct *c);
+    int32_t remote_counter(Ct *c);  // the export table's counter for `c`, given on first use
     bool cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
                      size_t data_len) const;
     direct::PeerTable *peer_table(PeerId p);
@@ -304,6 +309,7 @@ private:
     // tables of peers we reached, and whether peers were told we hold messages.
     direct::Area *exports_ = nullptr;
     std::vector<Entry *> export_owner_;
+    std::vector<Ct *> counter_owner_;
     std::unordered_map<PeerId, std::unique_ptr<direct::PeerTable>, PeerIdHash> peer_tables_;
     PeerId last_table_peer_{};
     direct::PeerTable *last_table_ = nullptr;

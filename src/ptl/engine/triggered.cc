@@ -30,7 +30,7 @@ int Engine::triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t thre
     ++n->triggered;
     PTL_TRACE(trace_.get(), "ni%u triggered %s armed on ct 0x%x at %llu (now %llu)", n->index,
               trig_kind_name(op.kind), trig_ct, (unsigned long long)threshold,
-              (unsigned long long)t->success.load());
+              (unsigned long long)t->successes());
     ct_changed(t);  // fires at once if the threshold is already reached (TR7)
     finish_call();
     return PTL_OK;
@@ -41,7 +41,7 @@ void Engine::fire_triggers() {
     while (!changed_cts_.empty()) {
         Ct *c = changed_cts_.back();
         changed_cts_.pop_back();
-        while (!c->triggered.empty() && c->triggered.begin()->first <= c->success.load()) {
+        while (!c->triggered.empty() && c->triggered.begin()->first <= c->successes()) {
             TrigOp op = c->triggered.begin()->second;
             PTL_TRACE(trace_.get(), "ni%u triggered %s fires: threshold %llu reached", c->ni->index,
                       trig_kind_name(op.kind), (unsigned long long)c->triggered.begin()->first);
@@ -54,8 +54,7 @@ void Engine::fire_triggers() {
                     break;
                 case TrigKind::CtSet:
                     if (Ct *d = ct_of(op.ct)) {
-                        d->success.store(op.value.success);
-                        d->failure.store(op.value.failure);
+                        d->set(op.value);
                         ct_changed(d);
                     }
                     break;

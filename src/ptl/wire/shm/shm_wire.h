@@ -65,6 +65,13 @@ public:
     }
     bool adopt_pages(void *start, size_t len, SharedRange *out) { return adopted_.adopt(start, len, out); }
     bool in_adopted_pages(const void *start, size_t len) const { return adopted_.covers(start, len); }
+    // Wakes the peer's engine if it sleeps for traffic (after a change it must notice).
+    void wake_peer(PeerId id) {
+        if (Peer *p = peer(id)) {
+            std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wait_for_traffic's
+            p->ring.ring_doorbell_if_sleeping();
+        }
+    }
     // A peer's adopted pages (its `fd`, inode `ino`, of length `len`), mapped here; null if they
     // cannot be.
     char *map_peer_pages(PeerId id, int fd, uint64_t ino, uint64_t len);
