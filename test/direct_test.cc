@@ -362,3 +362,54 @@ TEST_F(Direct, C5_TR1_CountedPutsAreCountedOnceAndFireTriggersWhileTheTargetNeve
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }
+
+// A5/A6 and issue 32's "one mechanism per exported entry": the initiator's atomics take the
+// direct path, the target's own to the same entry take its message path (a self operation,
+// applied by its engine), at the same time; none is lost.
+TEST_F(Direct, A5_AtomicsOnOneEntryAreAtomicWhicheverPathEachTook) {
+    constexpr int kAdds = 20000;
+    if (me_) append_heap();
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t one = 1;
+    for (int i = 0; i < kAdds; ++i)
+        ASSERT_EQ(PtlAtomic(md, ptl_size_t(&one), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0,
+                            PTL_SUM, PTL_INT64_T),
+                  PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (me_) EXPECT_EQ(*word(heap_, 0), 2 * kAdds) << "atomic adds were lost";
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// F12: once PtlPTDisable returns, nothing lands through the portal's entries; PtlPTEnable
+// makes them reachable again.
+TEST_F(Direct, F12_F13_NothingLandsWhileThePortalIsDisabled) {
+    if (me_) {
+        append_heap();
+        ASSERT_EQ(PtlPTDisable(ni_, pt_), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // the initiator's put is done
+        EXPECT_EQ(*word(heap_, 0), 0) << "a put landed in a disabled portal";
+        ASSERT_EQ(PtlPTEnable(ni_, pt_), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_TRUE(spin_until([&] {
+            ptl_event_t unused;
+            PtlEQGet(eq_, &unused);  // our progress: the put sent while disabled arrives now
+            return *word(heap_, 1) == 2;
+        })) << "not reachable after PtlPTEnable";
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t one = 1, two = 2;
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&one), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    // Behind the put to the disabled portal, which the target has not handled yet: this one
+    // takes the message path too, and lands when the target calls in.
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&two), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 8, nullptr, 0), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}

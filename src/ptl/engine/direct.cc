@@ -207,23 +207,28 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer))
         return kNotDirect;
     Ni *n = c.ni;
-    const int i = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
-    if (i < 0) return kNotDirect;
-    direct::Slot &s = area->slots[i];
-    const uint64_t gen = s.gen.load(std::memory_order_acquire);
-    if (!(gen & 1)) return kNotDirect;
+    direct::Target &t = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
+    if (t.slot < 0) return kNotDirect;
     const unsigned need = kind == TrigKind::Get                               ? PTL_ME_OP_GET
                           : kind == TrigKind::Put || kind == TrigKind::Atomic ? PTL_ME_OP_PUT
                                                                               : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     const uint64_t len = a.length, off = a.remote_offset;
     // Permissions and truncation are the target's to report: the message path takes them.
-    if (!direct::allows(s, need, uid_) || off > s.length || len > s.length - off) return kNotDirect;
-    if (s.file_offset > s.file_len || s.length > s.file_len - s.file_offset) return kNotDirect;
-    char *file = shm_->map_peer_pages(c.peer, s.fd, s.file_ino, s.file_len);
-    if (!file) return kNotDirect;
-    char *at = file + s.file_offset + off;
+    if ((t.options & need) != need || (t.uid != PTL_UID_ANY && t.uid != uid_) || off > t.length ||
+        len > t.length - off)
+        return kNotDirect;
+    direct::Slot &s = area->slots[t.slot];
+    if (!t.mapped) [[unlikely]] {
+        if (s.file_offset > s.file_len || t.length > s.file_len - s.file_offset) return kNotDirect;
+        char *file = shm_->map_peer_pages(c.peer, s.fd, s.file_ino, s.file_len);
+        if (!file || s.gen.load(std::memory_order_acquire) != t.gen) return kNotDirect;
+        t.mapped = file + s.file_offset;
+    }
+    char *at = t.mapped + off;
     const bool atomic = kind != TrigKind::Put && kind != TrigKind::Get;
     if (atomic && !atomics::in_place_capable(a.datatype, at, len)) return kNotDirect;
+    const int i = t.slot;
+    const uint64_t gen = t.gen;
 
     direct::Mark &mark = area->marks[self_.pid];
     mark.inside.store(uint32_t(i + 1), std::memory_order_seq_cst);
@@ -244,9 +249,9 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
             break;
         }
     }
-    if (s.counter >= 0 && uint32_t(s.counter) < direct::kCounters) {
+    if (t.counter >= 0) {
         // Inside the mark: a revoked counter may be given to another CT once we are out.
-        area->counters[s.counter].counts[0].fetch_add(s.count_bytes ? len : 1, std::memory_order_acq_rel);
+        area->counters[t.counter].counts[0].fetch_add(t.count_bytes ? len : 1, std::memory_order_acq_rel);
         area->header.counted.store(1, std::memory_order_release);
         shm_->wake_peer(c.peer);  // a target asleep in PtlCTWait, or its progress thread
     }

@@ -70,40 +70,41 @@ struct Area {
     Counter counters[kCounters];
 };
 
-// What a slot says an operation may do; the rest of the rules (bounds, atomics) are the
-// initiator's to check against the slot.
-inline bool allows(const Slot &s, unsigned need, ptl_uid_t uid) {
-    return (s.options & need) == need && (s.uid == PTL_UID_ANY || s.uid == uid);
-}
+// What an initiator learned of a live slot: copied once, valid while the slot's generation
+// is still `gen` (the owner rewrites a slot only after revoking it).
+struct Target {
+    int slot = -1;  // -1: no entry takes the key
+    uint64_t gen = 0;
+    char *mapped = nullptr;  // the entry's start in our mapping of its file (filled on first use)
+    uint64_t length = 0;
+    uint32_t options = 0;
+    uint32_t uid = 0;
+    int32_t counter = -1;
+    bool count_bytes = false;
+};
 
-// An initiator's view of one peer's table: the slot that takes (ni, pt, bits), cached until
-// the table's version moves.
+// An initiator's view of one peer's table: what takes (ni, pt, bits), cached until the
+// table's version moves. The key of the last operation is checked first: one-sided traffic
+// mostly goes to one region.
 class PeerTable {
 public:
     PeerTable(Area *a, pid_t owner) : area_(a), owner_(owner) {}
     Area *area() const { return area_; }
     pid_t owner() const { return owner_; }
 
-    // The slot that took the key when the table last changed, or -1 (the caller still checks
-    // its generation). Rescans the table when it changed since the last look.
-    int find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
+    Target &find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
         const uint64_t v = area_->header.version.load(std::memory_order_acquire);
+        const Key key{uint32_t(ni) << 24 | uint32_t(is_me) << 16 | pt, is_me ? bits : 0};
+        if (v == version_ && last_ && last_key_ == key) [[likely]]
+            return *last_;
         if (v != version_) {
             cache_.clear();
             version_ = v;
         }
-        const Key key{uint32_t(ni) << 24 | uint32_t(is_me) << 16 | pt, is_me ? bits : 0};
         auto it = cache_.find(key);
-        if (it != cache_.end()) return it->second;
-        int found = -1;
-        for (uint32_t i = 0; i < kSlots && found < 0; ++i) {
-            const Slot &s = area_->slots[i];
-            if ((s.gen.load(std::memory_order_acquire) & 1) && s.ni_index == ni && s.pt_index == pt &&
-                s.is_me == is_me && s.match_bits == key.bits)
-                found = int(i);
-        }
-        cache_.emplace(key, found);
-        return found;
+        if (it == cache_.end()) it = cache_.emplace(key, scan(key, ni, pt, is_me)).first;
+        last_key_ = key;
+        return *(last_ = &it->second);
     }
 
 private:
@@ -117,10 +118,34 @@ private:
             return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
         }
     };
+    Target scan(const Key &key, uint8_t ni, uint16_t pt, bool is_me) const {
+        Target t;
+        for (uint32_t i = 0; i < kSlots; ++i) {
+            const Slot &s = area_->slots[i];
+            const uint64_t gen = s.gen.load(std::memory_order_acquire);
+            if (!(gen & 1) || s.ni_index != ni || s.pt_index != pt || s.is_me != is_me ||
+                s.match_bits != key.bits)
+                continue;
+            t.slot = int(i);
+            t.gen = gen;
+            t.length = s.length;
+            t.options = s.options;
+            t.uid = s.uid;
+            t.counter = s.counter >= 0 && uint32_t(s.counter) < kCounters ? s.counter : -1;
+            t.count_bytes = s.count_bytes;
+            // Read after the fields: unchanged, they are the live slot's (a seqlock's check).
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (s.gen.load(std::memory_order_relaxed) != gen) return Target{};
+            break;
+        }
+        return t;
+    }
     Area *area_;
     pid_t owner_;
     uint64_t version_ = ~uint64_t(0);
-    std::unordered_map<Key, int, KeyHash> cache_;
+    std::unordered_map<Key, Target, KeyHash> cache_;  // node-based: last_ stays valid
+    Key last_key_{};
+    Target *last_ = nullptr;
 };
 
 }  // namespace ptl::direct
