@@ -104,19 +104,48 @@ void apply_typed(ptl_op_t op, void *target, const void *src, const void *operand
         store<T>(tp + k, combine<T>(op, load<T>(tp + k), load<T>(sp + k), o));
 }
 
+// One element, one locked instruction where the CPU has one for the operation (integers):
+// the cache line, which another process may hold, moves here once.
+template <typename Word>
+bool native_element(ptl_op_t op, ptl_datatype_t dt, Word *t, Word v, Word operand, Word *old) {
+    if (dt == PTL_FLOAT || dt == PTL_DOUBLE || dt == PTL_FLOAT_COMPLEX) return false;
+    switch (op) {
+        case PTL_SUM: *old = __atomic_fetch_add(t, v, __ATOMIC_ACQ_REL); return true;
+        case PTL_DIFF: *old = __atomic_fetch_sub(t, v, __ATOMIC_ACQ_REL); return true;
+        case PTL_BOR: *old = __atomic_fetch_or(t, v, __ATOMIC_ACQ_REL); return true;
+        case PTL_BAND: *old = __atomic_fetch_and(t, v, __ATOMIC_ACQ_REL); return true;
+        case PTL_BXOR: *old = __atomic_fetch_xor(t, v, __ATOMIC_ACQ_REL); return true;
+        case PTL_SWAP: *old = __atomic_exchange_n(t, v, __ATOMIC_ACQ_REL); return true;
+        case PTL_CSWAP:
+            *old = operand;
+            __atomic_compare_exchange_n(t, old, v, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+            return true;
+        default: return false;
+    }
+}
+
 template <typename Word>
 void cas_elements(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
                   size_t len, void *fetched) {
     Word *t = static_cast<Word *>(target);
     const char *sp = static_cast<const char *>(src);
     char *fp = static_cast<char *>(fetched);
+    Word o = 0;
+    if (operand) std::memcpy(&o, operand, sizeof o);
     for (size_t k = 0; k < len / sizeof(Word); ++k) {
-        Word old = __atomic_load_n(t + k, __ATOMIC_RELAXED);
-        Word next;
-        do {
-            next = old;
-            apply(op, dt, &next, sp + k * sizeof(Word), operand, sizeof(Word));
-        } while (!__atomic_compare_exchange_n(t + k, &old, next, true, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED));
+        Word v, old;
+        std::memcpy(&v, sp + k * sizeof(Word), sizeof v);
+        if (!native_element(op, dt, t + k, v, o, &old)) {
+            // No plain load first: the failing compare-and-swap fetches the line for writing,
+            // where a load would fetch it shared and the swap again.
+            old = 0;
+            for (;;) {
+                Word next = old;
+                apply(op, dt, &next, sp + k * sizeof(Word), operand, sizeof(Word));
+                if (__atomic_compare_exchange_n(t + k, &old, next, true, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                    break;
+            }
+        }
         if (fp) std::memcpy(fp + k * sizeof(Word), &old, sizeof old);
     }
 }
