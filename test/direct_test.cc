@@ -82,7 +82,9 @@ protected:
         return md;
     }
     ptl_handle_eq_t md_eq() {
-        if (md_eq_ == PTL_INVALID_HANDLE) EXPECT_EQ(PtlEQAlloc(ni_, 256, &md_eq_), PTL_OK);
+        if (md_eq_ == PTL_INVALID_HANDLE) {
+            EXPECT_EQ(PtlEQAlloc(ni_, 256, &md_eq_), PTL_OK);
+        }
         return md_eq_;
     }
     // The initiator's REPLY (or ACK) for its last operation; its failure type.
