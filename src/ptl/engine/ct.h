@@ -21,27 +21,28 @@ struct Ct {
     std::atomic<uint64_t> success{0};
     std::atomic<uint64_t> failure{0};
     // What peers counted without us (direct_exports.h: a counter of the export table, success
-    // and failure), added to the local counts; null while no exported entry counts here.
-    std::atomic<uint64_t> *remote = nullptr;
+    // and failure), added to the local counts; null while no exported entry counts here. Set
+    // under the engine lock, read by waiters without it.
+    std::atomic<std::atomic<uint64_t> *> remote{nullptr};
     int32_t remote_slot = -1;
     std::multimap<uint64_t, TrigOp> triggered;
     uint32_t refs = 0;  // blocked waiters still inside (PtlCTFree waits for them)
 
     uint64_t successes() const {
-        return success.load(std::memory_order_acquire) +
-               (remote ? remote[0].load(std::memory_order_acquire) : 0);
+        const std::atomic<uint64_t> *r = remote.load(std::memory_order_acquire);
+        return success.load(std::memory_order_acquire) + (r ? r[0].load(std::memory_order_acquire) : 0);
     }
     ptl_ct_event_t value() const {
-        return {successes(), failure.load(std::memory_order_acquire) +
-                                 (remote ? remote[1].load(std::memory_order_acquire) : 0)};
+        const std::atomic<uint64_t> *r = remote.load(std::memory_order_acquire);
+        return {success.load(std::memory_order_acquire) + (r ? r[0].load(std::memory_order_acquire) : 0),
+                failure.load(std::memory_order_acquire) + (r ? r[1].load(std::memory_order_acquire) : 0)};
     }
     // PtlCTSet: the local counts take what makes the sum `v` (modulo 2^64, C9); a peer's count
     // that lands meanwhile adds to it, as it would after the set.
     void set(ptl_ct_event_t v) {
-        success.store(v.success - (remote ? remote[0].load(std::memory_order_acquire) : 0),
-                      std::memory_order_release);
-        failure.store(v.failure - (remote ? remote[1].load(std::memory_order_acquire) : 0),
-                      std::memory_order_release);
+        const std::atomic<uint64_t> *r = remote.load(std::memory_order_acquire);
+        success.store(v.success - (r ? r[0].load(std::memory_order_acquire) : 0), std::memory_order_release);
+        failure.store(v.failure - (r ? r[1].load(std::memory_order_acquire) : 0), std::memory_order_release);
     }
 };
 

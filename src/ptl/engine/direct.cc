@@ -36,6 +36,7 @@ void Engine::open_exports() {
     exports_ = cfg_.direct ? new (shm_->export_area()) direct::Area() : nullptr;
     export_owner_.assign(direct::kSlots, nullptr);
     counter_owner_.assign(direct::kCounters, nullptr);
+    remote_cts_.clear();
 }
 
 bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
@@ -158,7 +159,8 @@ int32_t Engine::remote_counter(Ct *c) {
     k.counts[0].store(0, std::memory_order_relaxed);
     k.counts[1].store(0, std::memory_order_relaxed);
     *it = c;
-    c->remote = k.counts;
+    remote_cts_.push_back(c);
+    c->remote.store(k.counts, std::memory_order_release);
     c->remote_slot = i;
     c->set(v);
     return i;
@@ -170,15 +172,15 @@ void Engine::release_remote_counter(Ct *c) {
         if (e && e->ct == c) revoke_export(e->ni->pts[e->pt], e);
     const ptl_ct_event_t v = c->value();  // the counts stay the CT's own
     counter_owner_[size_t(c->remote_slot)] = nullptr;
-    c->remote = nullptr;
+    std::erase(remote_cts_, c);
+    c->remote.store(nullptr, std::memory_order_release);
     c->remote_slot = -1;
     c->set(v);
 }
 
 void Engine::take_remote_counts() {
     if (!exports_->header.counted.exchange(0, std::memory_order_acq_rel)) return;
-    for (Ct *c : counter_owner_)
-        if (c) ct_changed(c);
+    for (Ct *c : remote_cts_) ct_changed(c);
 }
 
 void Engine::set_holding(bool holding) {

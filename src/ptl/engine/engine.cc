@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "../runtime/identity.h"
 #include "../util/clock.h"
@@ -810,17 +811,27 @@ int Engine::ct_poll(const ptl_handle_ct_t *hs, const ptl_size_t *tests, unsigned
     for (unsigned i = 0; i < size; ++i)
         if (!(cts[i] = ct_of(hs[i]))) return PTL_ARG_INVALID;
     for (Ct *c : cts) ++c->refs;
-    const int rc = wait_until(lk, timeout, [&]() -> int {
-        for (unsigned i = 0; i < size; ++i) {
-            const ptl_ct_event_t v = cts[i]->value();
-            if (v.success >= tests[i] || v.failure != 0) {
-                *ev = v;
-                if (which) *which = i;
-                return PTL_OK;
+    auto reached = [&](unsigned i) {
+        const ptl_ct_event_t v = cts[i]->value();
+        return v.success >= tests[i] || v.failure != 0;
+    };
+    const int rc = wait_until(
+        lk, timeout,
+        [&]() -> int {
+            for (unsigned i = 0; i < size; ++i) {
+                if (reached(i)) {
+                    *ev = cts[i]->value();
+                    if (which) *which = i;
+                    return PTL_OK;
+                }
             }
-        }
-        return -1;
-    });
+            return -1;
+        },
+        [&] {
+            for (unsigned i = 0; i < size; ++i)
+                if (cts[i]->remote.load(std::memory_order_relaxed) && reached(i)) return true;
+            return false;
+        });
     for (Ct *c : cts) --c->refs;
     lk.unlock();
     if (rc == -2) {
@@ -1115,8 +1126,8 @@ void Engine::note_quiet() {
 
 // Runs `ready` (under the lock) until it returns >= 0, the timeout passes (-2) or PtlAbort
 // (PTL_ABORTED). Callers poll for a short while first, then sleep.
-template <typename Ready>
-int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
+template <typename Ready, typename Peek>
+int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&peek) {
     const bool forever = timeout_ms == PTL_TIME_FOREVER;
     const uint64_t start = monotonic_ns();
     const uint64_t deadline = forever ? UINT64_MAX : start + uint64_t(timeout_ms) * 1000000ull;
@@ -1157,10 +1168,16 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready) {
                 active_pollers_.fetch_add(1);
             }
             lk.unlock();
-            if (backoff_.should_yield())
+            if (backoff_.should_yield()) {
                 sched_yield();
-            else
+            } else if constexpr (std::is_same_v<std::decay_t<Peek>, NothingToPeek>) {
                 cpu_relax();
+            } else {
+                // A count peers make directly needs no progress to be seen: watch it (and the
+                // ring, for what does) instead of polling the wires, which is what would
+                // delay noticing it.
+                for (int k = 0; k < 256 && !peek() && !shm_->may_have_incoming(); ++k) cpu_relax();
+            }
             lk.lock();
             continue;
         }

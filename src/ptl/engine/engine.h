@@ -273,8 +273,13 @@ private:
     void free_zombies(Ni *ni);
 
     // waiting
-    template <typename Ready>
-    int wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready);
+    // `peek`, without the lock: whether `ready` may now succeed with no progress (a CT that
+    // peers count directly); a waiter spins on it between polls.
+    struct NothingToPeek {
+        bool operator()() const { return false; }
+    };
+    template <typename Ready, typename Peek = NothingToPeek>
+    int wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&peek = Peek());
 
     Config cfg_;
     IdleBackoff backoff_;
@@ -310,6 +315,7 @@ private:
     direct::Area *exports_ = nullptr;
     std::vector<Entry *> export_owner_;
     std::vector<Ct *> counter_owner_;
+    std::vector<Ct *> remote_cts_;  // the CTs among them, for take_remote_counts
     std::unordered_map<PeerId, std::unique_ptr<direct::PeerTable>, PeerIdHash> peer_tables_;
     PeerId last_table_peer_{};
     direct::PeerTable *last_table_ = nullptr;
