@@ -206,11 +206,13 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     direct::PeerTable *table = peer_table(c.peer);
     if (!table) return kNotDirect;
     direct::Area *area = table->area();
-    if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer))
-        return kNotDirect;
     Ni *n = c.ni;
     direct::Target &t = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
     if (t.slot < 0) return kNotDirect;
+    // After the lookup, which a message to an entry with events ends in our cache: the ring's
+    // dequeue position is a line the peer writes as it consumes.
+    if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer))
+        return kNotDirect;
     const unsigned need = kind == TrigKind::Get                               ? PTL_ME_OP_GET
                           : kind == TrigKind::Put || kind == TrigKind::Atomic ? PTL_ME_OP_PUT
                                                                               : PTL_ME_OP_PUT | PTL_ME_OP_GET;
