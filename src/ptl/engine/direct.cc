@@ -33,7 +33,9 @@ namespace ptl {
 
 void Engine::open_exports() {
     static_assert(sizeof(direct::Area) <= kExportAreaBytes);
-    exports_ = cfg_.direct ? new (shm_->export_area()) direct::Area() : nullptr;
+    // With PTL_WIRE=tcp or verbs no peer reaches us through shared memory: nothing to export.
+    const bool shm_peers = cfg_.wire == WireChoice::Auto || cfg_.wire == WireChoice::Shm;
+    exports_ = cfg_.direct && shm_peers ? new (shm_->export_area()) direct::Area() : nullptr;
     export_owner_.assign(direct::kSlots, nullptr);
     counter_owner_.assign(direct::kCounters, nullptr);
     remote_cts_.clear();
