@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "ptl_test_util.h"
 
@@ -414,4 +415,41 @@ TEST_F(Direct, F12_F13_NothingLandsWhileThePortalIsDisabled) {
     ASSERT_EQ(PtlPut(md, ptl_size_t(&two), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 8, nullptr, 0), PTL_OK);
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// F1 and issue 32's "a dead peer fails the operation in bounded time": the target's memory
+// outlives it (a peer still maps it), but once it is known to be gone an operation to it fails
+// with PTL_NI_UNDELIVERABLE instead of landing in its orphaned pages.
+TEST_F(Direct, F1_OperationsToADeadTargetFailInsteadOfLanding) {
+    if (me_) {
+        append_heap();
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // the initiator's first put landed
+        std::fflush(stdout);
+        ptlrt_fini();  // leaves the launcher properly
+        _exit(0);      // gone without PtlFini, like a crash
+    }
+    ptl_handle_md_t md = bind_all();
+    ptl_process_t phys;
+    std::vector<ptl_process_t> map(2);
+    ptl_size_t n = 0;
+    ASSERT_EQ(PtlGetMap(ni_, 2, map.data(), &n), PTL_OK);
+    phys = map[kTarget];
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t warm = 1;  // the table of the target, looked up while it lives
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&warm), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_TRUE(spin_until([&] { return PtlXPeerAlive(ni_, phys) == 0; })) << "the target never died";
+    int64_t v = 2, got = 0;
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&v), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_UNDELIVERABLE);
+    ASSERT_EQ(PtlGet(md, ptl_size_t(&got), 8, to(kTarget), pt_, 0, 0, nullptr), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_UNDELIVERABLE);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+    EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+    PtlFini();
+    std::fflush(stdout);
+    ptlrt_fini();
+    _exit(::testing::Test::HasFailure() ? 1 : 0);  // TearDown's barrier would wait for the dead rank
 }

@@ -215,6 +215,9 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     // dequeue position is a line the peer writes as it consumes.
     if (area->header.holding.load(std::memory_order_acquire) || !shm_->peer_handled_all(c.peer))
         return kNotDirect;
+    // A dead peer's operations take the message path, which fails them (F1).
+    if (shm_->peer_known_dead(c.peer) || (table->liveness_due(coarse_now()) && shm_->peer_dead(c.peer)))
+        return kNotDirect;
     const unsigned need = kind == TrigKind::Get                               ? PTL_ME_OP_GET
                           : kind == TrigKind::Put || kind == TrigKind::Atomic ? PTL_ME_OP_PUT
                                                                               : PTL_ME_OP_PUT | PTL_ME_OP_GET;

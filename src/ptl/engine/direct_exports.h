@@ -91,6 +91,13 @@ public:
     PeerTable(Area *a, pid_t owner) : area_(a), owner_(owner) {}
     Area *area() const { return area_; }
     pid_t owner() const { return owner_; }
+    // Whether the owner's liveness is due for a look (every 10 ms of the caller's clock): a
+    // dead owner's memory still takes stores, and its operations must fail instead.
+    bool liveness_due(uint64_t now_ns) {
+        if (now_ns < next_liveness_ns_) return false;
+        next_liveness_ns_ = now_ns + 10'000'000;
+        return true;
+    }
 
     Target &find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
         const uint64_t v = area_->header.version.load(std::memory_order_acquire);
@@ -142,6 +149,7 @@ private:
     }
     Area *area_;
     pid_t owner_;
+    uint64_t next_liveness_ns_ = 0;
     uint64_t version_ = ~uint64_t(0);
     std::unordered_map<Key, Target, KeyHash> cache_;  // node-based: last_ stays valid
     Key last_key_{};

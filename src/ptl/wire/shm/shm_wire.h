@@ -59,6 +59,11 @@ public:
     void *peer_export_area(PeerId id, pid_t *os_pid);
     // Whether the peer has handled every message we sent it (none waits in our backlog or its
     // ring): an operation done directly now cannot overtake one of ours.
+    // Whether the peer was already seen gone (no look at the system).
+    bool peer_known_dead(PeerId id) {
+        Peer *p = peer(id);
+        return !p || p->dead;
+    }
     bool peer_handled_all(PeerId id) {
         Peer *p = peer(id);
         return p && p->backlog.empty() && p->ring.consumed_all_pushed();
