@@ -82,8 +82,13 @@ bool Engine::cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset,
                          size_t data_len) const {
     if (mlength > data_len || !(e.export_slot >= 0 || (exports_ && !e.region.iov))) return false;
     const void *at = e.region.address_at(offset);
-    return atomics::in_place_capable(type, at, mlength) &&
-           (e.export_slot >= 0 || shm_->in_adopted_pages(at, mlength));
+    if (!atomics::in_place_capable(type, at, mlength) ||
+        !(e.export_slot >= 0 || shm_->in_adopted_pages(at, mlength)))
+        return false;
+    // An entry that may cover unmapped memory (no PTL_ME_IS_ACCESSIBLE) fails an access there
+    // with PTL_NI_SEGV, never a fault: the application may have unmapped adopted pages since.
+    SmallVec<char, 64> probe(mlength);
+    return !e.checked_access() || checked_copy_from(probe.data(), at, mlength);
 }
 
 // Counted on the first NI: a header that does not parse names no NI reliably.

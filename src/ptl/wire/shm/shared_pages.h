@@ -39,8 +39,8 @@ public:
     // call refused.
     bool adopt(void *start, size_t len, SharedRange *out);
     // Whether [start, start + len) lies in adopted pages (which peers may access directly). A
-    // range the application unmapped since may still answer yes until the next adopt(): its
-    // atomics then only take the CPU's way, which is correct for any memory.
+    // range the application unmapped since may still answer yes until the next adopt(): the
+    // caller must not take that for mapped memory.
     bool covers(const void *start, size_t len) const {
         const uintptr_t a = reinterpret_cast<uintptr_t>(start);
         for (const Range &r : ranges_)
