@@ -125,3 +125,63 @@ TEST(SharedPages, MemoryMappedAgainWhereAdoptedPagesWereIsAdoptedAfresh) {
     EXPECT_EQ(m[0], 'v');
     munmap(m, 2 * kPage);
 }
+
+// The last release closes the file; the pages stay shared (and private again in a forked
+// child), and the same memory can be adopted again, into a new file with its contents.
+TEST(SharedPages, ReleasedPagesCanBeAdoptedAgainAndStayPrivateInAChild) {
+    char *m = map_anonymous(2 * kPage);
+    ASSERT_NE(m, nullptr);
+    std::memset(m, 'r', 2 * kPage);
+    AdoptedPages adopted;
+    SharedRange first, again, second;
+    ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &first));
+    ASSERT_TRUE(adopted.adopt(m, kPage, &again));  // a second user of the same file
+    EXPECT_EQ(again.ino, first.ino);
+    adopted.release(first.fd);
+    EXPECT_TRUE(adopted.covers(m, 8)) << "still in use by the second";
+    adopted.release(again.fd);
+    EXPECT_FALSE(adopted.covers(m, 8));
+    EXPECT_EQ(m[kPage], 'r');
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        const bool copied = m[0] == 'r';
+        std::memset(m, 'c', 2 * kPage);
+        _exit(copied ? 0 : 1);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_EQ(m[0], 'r') << "the child's write reached the parent after the file was released";
+    ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &second));
+    EXPECT_NE(second.ino, first.ino);
+    PeerPages peer;
+    char *view = peer.map(getpid(), second.fd, second.ino, second.file_len);
+    ASSERT_NE(view, nullptr);
+    EXPECT_EQ(view[2 * kPage - 1], 'r');
+    peer.retain({});
+    munmap(m, 2 * kPage);
+}
+
+// A fork after the application unmapped adopted pages and mapped something else there leaves
+// the new mapping alone in the child (the fork handler once overwrote it with the old file's
+// contents: UCX's tests crashed in their forked peers).
+TEST(SharedPages, AForkAfterTheApplicationUnmappedAdoptedPagesLeavesWhatIsThereNow) {
+    char *m = map_anonymous(2 * kPage);
+    ASSERT_NE(m, nullptr);
+    std::memset(m, 'o', 2 * kPage);
+    AdoptedPages adopted;
+    SharedRange r;
+    ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &r));
+    ASSERT_EQ(munmap(m, 2 * kPage), 0);
+    ASSERT_EQ(map_anonymous(2 * kPage, m), m);
+    std::memset(m, 'z', 2 * kPage);
+    ASSERT_EQ(mprotect(m, 2 * kPage, PROT_READ), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) _exit(m[0] == 'z' && m[2 * kPage - 1] == 'z' ? 0 : 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's memory was overwritten";
+    munmap(m, 2 * kPage);
+}

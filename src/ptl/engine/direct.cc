@@ -122,6 +122,7 @@ void Engine::revoke_export(Pt &pt, Entry *e) {
             sched_yield();
         }
     }
+    shm_->release_pages(s.fd);
     export_owner_[i] = nullptr;
     e->export_slot = -1;
     --pt.exports;
@@ -210,6 +211,10 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     direct::Area *area = table->area();
     Ni *n = c.ni;
     direct::Target &t = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
+    // Files of entries the peer revoked are unmapped here too: their pages would otherwise
+    // live as long as both processes (the peer frees them with its own last mapping).
+    if (table->take_changed()) [[unlikely]]
+        shm_->retain_peer_pages(c.peer, table->live_files());
     if (t.slot < 0) return kNotDirect;
     // After the lookup, which a message to an entry with events ends in our cache: the ring's
     // dequeue position is a line the peer writes as it consumes.

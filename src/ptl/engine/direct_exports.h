@@ -19,6 +19,8 @@
 #include <atomic>
 #include <cstdint>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace ptl::direct {
 
@@ -107,11 +109,21 @@ public:
         if (v != version_) {
             cache_.clear();
             version_ = v;
+            changed_ = true;
         }
         auto it = cache_.find(key);
         if (it == cache_.end()) it = cache_.emplace(key, scan(key, ni, pt, is_me)).first;
         last_key_ = key;
         return *(last_ = &it->second);
+    }
+
+    // Whether the table changed since the last call (then live_files() says what to keep).
+    bool take_changed() { return std::exchange(changed_, false); }
+    std::vector<std::pair<int, uint64_t>> live_files() const {
+        std::vector<std::pair<int, uint64_t>> live;
+        for (const Slot &s : area_->slots)
+            if (s.gen.load(std::memory_order_acquire) & 1) live.emplace_back(s.fd, s.file_ino);
+        return live;
     }
 
 private:
@@ -151,6 +163,7 @@ private:
     pid_t owner_;
     uint64_t next_liveness_ns_ = 0;
     uint64_t version_ = ~uint64_t(0);
+    bool changed_ = false;
     std::unordered_map<Key, Target, KeyHash> cache_;  // node-based: last_ stays valid
     Key last_key_{};
     Target *last_ = nullptr;

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -27,7 +28,8 @@ struct Vma {
     char perms[8];
     std::string name;
 };
-bool read_vmas(uintptr_t base, uintptr_t end, std::vector<Vma> *out) {
+// With `holes`, every mapping that overlaps the range, holes or not (true then).
+bool read_vmas(uintptr_t base, uintptr_t end, std::vector<Vma> *out, bool holes = false) {
     FILE *f = std::fopen("/proc/self/maps", "re");
     if (!f) return false;
     char line[512];
@@ -41,7 +43,8 @@ bool read_vmas(uintptr_t base, uintptr_t end, std::vector<Vma> *out) {
             6)
             continue;
         if (hi <= covered) continue;
-        if (lo > covered) break;  // a hole
+        if (lo >= end) break;
+        if (lo > covered && !holes) break;  // a hole
         v.lo = lo;
         v.hi = hi;
         v.offset = off;
@@ -52,22 +55,31 @@ bool read_vmas(uintptr_t base, uintptr_t end, std::vector<Vma> *out) {
         covered = hi;
     }
     std::fclose(f);
-    return covered >= end;
+    return holes || covered >= end;
 }
 
-// Anonymous memory, whose untouched pages read as zeros (and need no copy).
+// Anonymous memory, whose untouched pages read as zeros (and need no copy). Not the brk heap:
+// UCX's registration cache rounds a region out to whole pages, which there hold other
+// allocations' chunks that another thread may write while the pages are copied.
 bool anonymous(const Vma &v) {
-    return v.inode == 0 && (v.name.empty() || v.name == "[heap]");
+    return v.inode == 0 && v.name.empty();
 }
 
-// Whether every byte of [base, end) lies in private writable mappings whose pages may move to
-// a shared file. Stacks, the vDSO and huge pages stay as they are.
+constexpr char kFileName[] = "portals-direct";
+
+// A memory file of ours still mapped where a range was adopted and later released.
+bool ours(const Vma &v) {
+    return std::strcmp(v.perms, "rw-s") == 0 && v.name.rfind(std::string("/memfd:") + kFileName, 0) == 0;
+}
+
+// Whether every byte of [base, end) lies in private writable anonymous mappings whose pages
+// may move to a shared file (or in a file of ours: adopted before, released since). Stacks,
+// the heap, files' private copies (.data) and huge pages stay as they are: their pages hold
+// other objects too.
 bool private_writable(uintptr_t base, uintptr_t end, std::vector<Vma> *out) {
     if (!read_vmas(base, end, out)) return false;
-    for (const Vma &v : *out) {
-        const bool file_copy = v.inode != 0 && v.name.find("hugepage") == std::string::npos;
-        if (std::strcmp(v.perms, "rw-p") != 0 || !(anonymous(v) || file_copy)) return false;
-    }
+    for (const Vma &v : *out)
+        if (!ours(v) && (std::strcmp(v.perms, "rw-p") != 0 || !anonymous(v))) return false;
     return true;
 }
 
@@ -127,69 +139,89 @@ bool copy_pages(int fd, uintptr_t base, uintptr_t lo, uintptr_t hi, bool anonymo
     return ok;
 }
 
-// Every adopted range of the process, for the fork handler (which runs in the child, one
-// thread, before anything else): a fixed array, since the handler may not allocate.
+// The ranges this process has mapped shared, for the fork handler (which runs in the child,
+// one thread, before anything else): a fixed array, since the handler should not allocate
+// much. A range stays here after its file is released (it is still shared), until it is
+// found unmapped.
 struct ForkRange {
     uintptr_t base;
     size_t len;
-    int fd;
+    uint64_t ino;  // 0: a free place
 };
 constexpr int kMaxForkRanges = 256;
 ForkRange g_fork_ranges[kMaxForkRanges];
 std::atomic<int> g_fork_count{0};
 
-// In a forked child: each adopted range becomes private memory holding what the shared pages
-// held at this moment, read from the memory file (holes stay untouched zero pages).
+// In a forked child: each shared range still mapped from its file becomes private memory
+// holding what it held at this moment, as it would have had without adoption. Only a range
+// still mapped from its file: the application may have unmapped it since and have something
+// else there now, which a fixed mapping would overwrite. The copy is made aside, then moved
+// into place in one call.
 void privatize_in_child() {
     const int n = g_fork_count.load(std::memory_order_acquire);
     for (int i = 0; i < n; ++i) {
         const ForkRange r = g_fork_ranges[i];
-        if (r.fd < 0) continue;
-        void *tmp = mmap(nullptr, r.len, PROT_READ, MAP_SHARED, r.fd, 0);
-        if (tmp == MAP_FAILED) continue;
-        if (mmap(reinterpret_cast<void *>(r.base), r.len, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
-            off_t at = 0;
-            while (at < off_t(r.len)) {
-                const off_t data = lseek(r.fd, at, SEEK_DATA);
-                if (data < 0) break;
-                off_t hole = lseek(r.fd, data, SEEK_HOLE);
-                if (hole < 0 || hole > off_t(r.len)) hole = off_t(r.len);
-                std::memcpy(reinterpret_cast<char *>(r.base) + data, static_cast<char *>(tmp) + data,
-                            size_t(hole - data));
-                at = hole;
-            }
+        if (!r.ino) continue;
+        g_fork_ranges[i].ino = 0;
+        // Part of it may be gone (a heap trimmed at its top) and part still shared.
+        std::vector<Vma> vmas;
+        read_vmas(r.base, r.base + r.len, &vmas, true);
+        for (const Vma &v : vmas) {
+            if (v.inode != r.ino || std::strcmp(v.perms, "rw-s") != 0) continue;
+            const uintptr_t lo = std::max<uintptr_t>(v.lo, r.base),
+                            hi = std::min<uintptr_t>(v.hi, r.base + r.len);
+            const size_t len = hi - lo;
+            void *copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (copy == MAP_FAILED) continue;
+            std::memcpy(copy, reinterpret_cast<const void *>(lo), len);
+            if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void *>(lo)) ==
+                MAP_FAILED)
+                munmap(copy, len);
         }
-        munmap(tmp, r.len);
-        close(r.fd);
-        g_fork_ranges[i].fd = -1;
     }
-    g_fork_count.store(0, std::memory_order_release);
 }
 
-void remember_for_fork(uintptr_t base, size_t len, int fd) {
+// Whether any part of the range is still mapped from the file.
+bool partly_adopted(const ForkRange &r) {
+    std::vector<Vma> vmas;
+    read_vmas(r.base, r.base + r.len, &vmas, true);
+    for (const Vma &v : vmas)
+        if (v.inode == r.ino && std::strcmp(v.perms, "rw-s") == 0) return true;
+    return false;
+}
+
+// A free place in g_fork_ranges, or -1. When full, the ranges the application unmapped since
+// make room.
+int free_fork_range() {
+    const int n = g_fork_count.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; ++i)
+        if (!g_fork_ranges[i].ino) return i;
+    if (n < kMaxForkRanges) return n;
+    int found = -1;
+    for (int i = 0; i < n; ++i)
+        if (!partly_adopted(g_fork_ranges[i])) {
+            g_fork_ranges[i].ino = 0;
+            if (found < 0) found = i;
+        }
+    return found;
+}
+
+// Adopt calls are serialised by the engine lock; a fork may read the table at any time, so an
+// entry is complete before the count that makes it visible.
+void remember_for_fork(int i, uintptr_t base, size_t len, uint64_t ino) {
     static const bool registered = pthread_atfork(nullptr, nullptr, privatize_in_child) == 0;
     (void)registered;
-    const int i = g_fork_count.load(std::memory_order_relaxed);
-    if (i == kMaxForkRanges) return;
-    g_fork_ranges[i] = {base, len, fd};
-    g_fork_count.store(i + 1, std::memory_order_release);
-}
-
-void forget_for_fork(int fd) {
-    for (int i = 0; i < g_fork_count.load(std::memory_order_relaxed); ++i)
-        if (g_fork_ranges[i].fd == fd) g_fork_ranges[i].fd = -1;
+    g_fork_ranges[i] = {base, len, ino};
+    if (i == g_fork_count.load(std::memory_order_relaxed))
+        g_fork_count.store(i + 1, std::memory_order_release);
 }
 
 }  // namespace
 
 AdoptedPages::~AdoptedPages() {
     // The pages stay mapped (the application still uses them) and shared with whatever peer
-    // still maps them; only our descriptors go.
-    for (const Range &r : ranges_) {
-        forget_for_fork(r.fd);
-        close(r.fd);
-    }
+    // still maps them; only our descriptors go (the fork handler still knows the ranges).
+    for (const Range &r : ranges_) close(r.fd);
 }
 
 bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
@@ -198,16 +230,17 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     if (len == 0 || base % ps || len % ps || base + len < base) return false;
     const uintptr_t end = base + len;
     for (size_t i = 0; i < ranges_.size();) {
-        const Range &r = ranges_[i];
+        Range &r = ranges_[i];
         const bool overlaps = base < r.base + r.len && r.base < end;
         if (overlaps && !still_adopted(r.base, r.len, r.ino)) {
-            // Unmapped since: what a peer still maps of the file reaches nothing of ours.
-            forget_for_fork(r.fd);
+            // Unmapped since, at least in part: what a peer still maps of the file reaches
+            // nothing of ours (the fork handler still privatises what is left of it).
             close(r.fd);
             ranges_.erase(ranges_.begin() + long(i));
             continue;
         }
         if (base >= r.base && end <= r.base + r.len) {
+            ++r.users;
             *out = {r.fd, r.ino, r.len, base - r.base};
             return true;
         }
@@ -215,10 +248,11 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
         ++i;
     }
     // A forked child could not be given private copies of more.
-    if (g_fork_count.load(std::memory_order_relaxed) == kMaxForkRanges) return false;
+    const int fork_range = free_fork_range();
+    if (fork_range < 0) return false;
     std::vector<Vma> vmas;
     if (!private_writable(base, end, &vmas)) return false;
-    const int fd = memfd_create("portals-direct", MFD_CLOEXEC);
+    const int fd = memfd_create(kFileName, MFD_CLOEXEC);
     if (fd < 0) return false;
     bool ok = ftruncate(fd, off_t(len)) == 0;
     for (const Vma &v : vmas)
@@ -230,14 +264,40 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     }
     struct stat st {};
     fstat(fd, &st);
-    ranges_.push_back({base, len, fd, uint64_t(st.st_ino)});
-    remember_for_fork(base, len, fd);
+    ranges_.push_back({base, len, fd, uint64_t(st.st_ino), 1});
+    remember_for_fork(fork_range, base, len, uint64_t(st.st_ino));
     *out = {fd, uint64_t(st.st_ino), len, 0};
     return true;
 }
 
+void AdoptedPages::release(int fd) {
+    for (size_t i = 0; i < ranges_.size(); ++i)
+        if (ranges_[i].fd == fd) {
+            if (--ranges_[i].users == 0) {
+                // No exported entry uses it: the pages stay shared (fork still knows them), the
+                // file goes with the last mapping of it.
+                close(fd);
+                ranges_.erase(ranges_.begin() + long(i));
+            }
+            return;
+        }
+}
+
 PeerPages::~PeerPages() {
     for (auto &[fd, m] : by_fd_) munmap(m.base, m.len);
+}
+
+void PeerPages::retain(const std::vector<std::pair<int, uint64_t>> &live) {
+    for (auto it = by_fd_.begin(); it != by_fd_.end();) {
+        const bool keep =
+            std::find(live.begin(), live.end(), std::make_pair(it->first, it->second.ino)) != live.end();
+        if (keep) {
+            ++it;
+            continue;
+        }
+        munmap(it->second.base, it->second.len);
+        it = by_fd_.erase(it);
+    }
 }
 
 char *PeerPages::map(pid_t owner, int fd, uint64_t ino, uint64_t len) {

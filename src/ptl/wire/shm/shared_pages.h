@@ -1,13 +1,13 @@
 // Memory another process on the host can load, store and run CPU atomics on (issue 32's direct
 // path). The owner re-maps whole pages of its own memory onto a memory file at the same
 // address with their contents kept ("adopts" them): the application's pointers stay valid, and
-// peers map the same file through /proc/PID/fd. Only whole pages of private, writable memory
-// (anonymous, the brk heap, or a file's private copy such as .data) are adopted: a partial page
-// would share the file with bytes the entry does not own, which another thread could write
-// while they are copied. Adopted pages stay shared until the process ends (re-adopting them is
-// free; giving them back would need the same copy again). A child made by fork() gets private
-// copies of them, as it would have had before: without that, parent and child would share
-// heap pages and each other's allocations.
+// peers map the same file through /proc/PID/fd. Only whole pages of private, writable,
+// anonymous memory outside the brk heap (mmap'd buffers, large malloc chunks, SHMEM heaps) are
+// adopted: other pages also hold objects the entry does not own (UCX's registration cache
+// rounds regions out to pages), which another thread could write while they are copied. Adopted pages stay
+// shared after their last user is released (giving them back would need the same copy again); adopting them
+// again makes a new file. A child made by fork() gets private copies of them, as it would have had before:
+// without that, parent and child would share heap pages and each other's allocations.
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace ptl::shm {
@@ -38,6 +39,9 @@ public:
     // pages, not private writable memory, overlapping an adopted range partly, or a system
     // call refused.
     bool adopt(void *start, size_t len, SharedRange *out);
+    // An entry that adopt() answered with `fd` no longer needs it: the last one closes the file
+    // (the pages stay shared; peers' mappings are theirs to drop).
+    void release(int fd);
     // Whether [start, start + len) lies in adopted pages (which peers may access directly). A
     // range the application unmapped since may still answer yes until the next adopt(): the
     // caller must not take that for mapped memory.
@@ -54,6 +58,7 @@ private:
         size_t len;
         int fd;
         uint64_t ino;
+        uint32_t users;  // adopt() answers not yet released
     };
     std::vector<Range> ranges_;
 };
@@ -70,6 +75,8 @@ public:
     // The mapping of the owner's `fd` (inode `ino`, length `len`), made on first use; null if
     // it cannot be.
     char *map(pid_t owner, int fd, uint64_t ino, uint64_t len);
+    // Unmaps every file but the (fd, inode) pairs given: those of the owner's live exports.
+    void retain(const std::vector<std::pair<int, uint64_t>> &live);
 
 private:
     struct Mapping {

@@ -70,6 +70,11 @@ public:
     }
     bool adopt_pages(void *start, size_t len, SharedRange *out) { return adopted_.adopt(start, len, out); }
     bool in_adopted_pages(const void *start, size_t len) const { return adopted_.covers(start, len); }
+    void release_pages(int fd) { adopted_.release(fd); }
+    // Drops our mappings of the peer's files but those its live exports name.
+    void retain_peer_pages(PeerId id, const std::vector<std::pair<int, uint64_t>> &live) {
+        if (Peer *p = peer(id)) p->pages.retain(live);
+    }
     // Wakes the peer's engine if it sleeps for traffic (after a change it must notice).
     void wake_peer(PeerId id) {
         if (Peer *p = peer(id)) {
