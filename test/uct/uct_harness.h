@@ -299,6 +299,15 @@ struct Counted {
         comp.status = UCS_OK;
     }
     void rearm(int count = 1) { comp.count = count; }
+    // What an operation given this completion returned: UCS_OK means done in the call (the
+    // direct path; UCT then calls no completion), which counts as one of `count` here too.
+    // False for an error.
+    bool started(ucs_status_t st) {
+        if (st == UCS_INPROGRESS) return true;
+        if (st != UCS_OK) return false;
+        if (--comp.count == 0) comp.func(&comp);
+        return true;
+    }
 };
 
 // The byte a test writes at offset i of a buffer with seed s.
