@@ -76,6 +76,13 @@ protected:
         EXPECT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
         return h;
     }
+    // An LE over `flag` on portal `pt` whose puts post events: the target's CPU handles them.
+    ptl_handle_le_t append_evented(ptl_pt_index_t pt, int64_t *flag) {
+        ptl_handle_le_t h = PTL_INVALID_HANDLE;
+        const ptl_le_t le = le_desc(flag, sizeof *flag, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE);
+        EXPECT_EQ(PtlLEAppend(ni_, pt, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        return h;
+    }
     ptl_handle_md_t bind_all() {
         ptl_handle_md_t md;
         ptl_md_t d = md_desc(nullptr, PTL_SIZE_MAX, md_eq(), PTL_CT_NONE, PTL_MD_EVENT_SEND_DISABLE);
@@ -193,9 +200,7 @@ TEST_F(Direct, O6_ADirectPutDoesNotOvertakeAnEarlierMessage) {
     ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 6, &evented), PTL_OK);
     if (me_) {
         append_heap();
-        ptl_handle_le_t h;
-        const ptl_le_t le = le_desc(&flag, sizeof flag, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE);
-        ASSERT_EQ(PtlLEAppend(ni_, evented, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        const ptl_handle_le_t h = append_evented(evented, &flag);
         ASSERT_EQ(ptlrt_barrier(), 0);
         ASSERT_EQ(ptlrt_barrier(), 0);  // both puts issued
         EXPECT_EQ(*word(heap_, 0), 0) << "the second put overtook the first";
@@ -261,9 +266,7 @@ TEST_F(Direct, X_CompleteInCallOperationsReturnDoneAndPostNoEvent) {
     ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 6, &evented), PTL_OK);
     if (me_) {
         append_heap();
-        ptl_handle_le_t h;
-        const ptl_le_t le = le_desc(&flag, sizeof flag, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE);
-        ASSERT_EQ(PtlLEAppend(ni_, evented, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        const ptl_handle_le_t h = append_evented(evented, &flag);
         ASSERT_EQ(ptlrt_barrier(), 0);
         EXPECT_TRUE(spin_until([&] {
             ptl_event_t unused;
@@ -380,7 +383,9 @@ TEST_F(Direct, A5_AtomicsOnOneEntryAreAtomicWhicheverPathEachTook) {
                             PTL_SUM, PTL_INT64_T),
                   PTL_OK);
     ASSERT_EQ(ptlrt_barrier(), 0);
-    if (me_) EXPECT_EQ(*word(heap_, 0), 2 * kAdds) << "atomic adds were lost";
+    if (me_) {
+        EXPECT_EQ(*word(heap_, 0), 2 * kAdds) << "atomic adds were lost";
+    }
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }

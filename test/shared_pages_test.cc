@@ -24,6 +24,16 @@ char *map_anonymous(size_t len, void *at = nullptr) {
     return p == MAP_FAILED ? nullptr : static_cast<char *>(p);
 }
 
+// Runs `child` in a forked child; whether it returned true there.
+template <typename F>
+bool in_child(F &&child) {
+    const pid_t pid = fork();
+    if (pid < 0) return false;
+    if (pid == 0) _exit(child() ? 0 : 1);
+    int status = 0;
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
 
 TEST(SharedPages, AdoptedMemoryKeepsItsAddressAndContentsAndIsSharedWithAPeersMapping) {
@@ -89,16 +99,11 @@ TEST(SharedPages, AForkedChildGetsPrivateCopies) {
     AdoptedPages adopted;
     SharedRange r;
     ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &r));
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    EXPECT_TRUE(in_child([&] {
         const bool copied = m[0] == 'p' && m[2 * kPage - 1] == 'p';
         std::memset(m, 'c', 2 * kPage);
-        _exit(copied ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child did not see the contents";
+        return copied;
+    })) << "the child did not see the contents";
     EXPECT_EQ(m[0], 'p') << "the child's write reached the parent";
     EXPECT_EQ(m[2 * kPage - 1], 'p');
     munmap(m, 2 * kPage);
@@ -142,16 +147,11 @@ TEST(SharedPages, ReleasedPagesCanBeAdoptedAgainAndStayPrivateInAChild) {
     adopted.release(again.fd);
     EXPECT_FALSE(adopted.covers(m, 8));
     EXPECT_EQ(m[kPage], 'r');
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
+    EXPECT_TRUE(in_child([&] {
         const bool copied = m[0] == 'r';
         std::memset(m, 'c', 2 * kPage);
-        _exit(copied ? 0 : 1);
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        return copied;
+    }));
     EXPECT_EQ(m[0], 'r') << "the child's write reached the parent after the file was released";
     ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &second));
     EXPECT_NE(second.ino, first.ino);
@@ -177,11 +177,7 @@ TEST(SharedPages, AForkAfterTheApplicationUnmappedAdoptedPagesLeavesWhatIsThereN
     ASSERT_EQ(map_anonymous(2 * kPage, m), m);
     std::memset(m, 'z', 2 * kPage);
     ASSERT_EQ(mprotect(m, 2 * kPage, PROT_READ), 0);
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) _exit(m[0] == 'z' && m[2 * kPage - 1] == 'z' ? 0 : 1);
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child's memory was overwritten";
+    EXPECT_TRUE(in_child([&] { return m[0] == 'z' && m[2 * kPage - 1] == 'z'; }))
+        << "the child's memory was overwritten";
     munmap(m, 2 * kPage);
 }
