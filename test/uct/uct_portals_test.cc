@@ -570,6 +570,35 @@ TEST(UctPortals, AtomicsReturnAndLeaveTheRightValues) {
         [&](Channel &c) { serve_memory(c, 4096, 3); });
 }
 
+// An endpoint to its own interface: the engine completes operations on its own process in
+// the call, REPLY included, before the UCT face has taken the operation's record (a fetched
+// value written then was once wiped by the record's reset: MPI's CAS lock on rank 0 failed).
+TEST(UctPortals, AtomicsAndGetsOnOwnMemoryReturnTheirValues) {
+    Side s;
+    s.open();
+    Exposed e;
+    e.expose(s, 4096);
+    uint64_t word = 5;
+    std::memcpy(e.mem.data(), &word, sizeof word);
+    uct_ep_h ep = s.connect(s.address());
+    Remote r;
+    r.unpack(s, e.blob);
+    uint64_t old = 0, swapped = 0, got = 0;
+    Counted f(3);
+    ASSERT_TRUE(
+        f.started(uct_ep_atomic64_fetch(ep, UCT_ATOMIC_OP_ADD, 3, &old, r.addr, r.rkey.rkey, &f.comp)));
+    ASSERT_TRUE(f.started(uct_ep_atomic_cswap64(ep, 8, 100, r.addr, r.rkey.rkey, &swapped, &f.comp)));
+    ASSERT_TRUE(f.started(uct_ep_get_bcopy(ep, unpack_cb, &got, sizeof got, r.addr, r.rkey.rkey, &f.comp)));
+    ASSERT_TRUE(s.wait([&] { return f.done == 1; }));
+    EXPECT_EQ(old, 5u);
+    EXPECT_EQ(swapped, 8u);
+    EXPECT_EQ(got, 100u);
+    uct_ep_destroy(ep);
+    r.release(s);
+    e.release(s);
+    s.close();
+}
+
 namespace {
 
 // Receiver-side record of tag callbacks.

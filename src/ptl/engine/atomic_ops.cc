@@ -152,11 +152,6 @@ void cas_elements(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src,
 
 }  // namespace
 
-bool in_place_capable(ptl_datatype_t dt, const void *target, size_t len) {
-    const size_t n = datatype_size(dt);
-    return n != 0 && n <= 8 && len % n == 0 && reinterpret_cast<uintptr_t>(target) % n == 0;
-}
-
 void apply_in_place(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
                     size_t len, void *fetched) {
     switch (datatype_size(dt)) {
@@ -165,19 +160,6 @@ void apply_in_place(ptl_op_t op, ptl_datatype_t dt, void *target, const void *sr
         case 4: return cas_elements<uint32_t>(op, dt, target, src, operand, len, fetched);
         case 8: return cas_elements<uint64_t>(op, dt, target, src, operand, len, fetched);
         default: return;
-    }
-}
-
-size_t datatype_size(ptl_datatype_t dt) {
-    switch (dt) {
-        case PTL_INT8_T: case PTL_UINT8_T: return 1;
-        case PTL_INT16_T: case PTL_UINT16_T: return 2;
-        case PTL_INT32_T: case PTL_UINT32_T: case PTL_FLOAT: return 4;
-        case PTL_INT64_T: case PTL_UINT64_T: case PTL_DOUBLE: case PTL_FLOAT_COMPLEX: return 8;
-        case PTL_DOUBLE_COMPLEX: return 16;
-        case PTL_LONG_DOUBLE: return sizeof(long double);
-        case PTL_LONG_DOUBLE_COMPLEX: return 2 * sizeof(long double);
-        default: return 0;
     }
 }
 

@@ -4,13 +4,32 @@
 #include <portals4.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ptl::atomics {
 
 enum class Call { Atomic, FetchAtomic, Swap };
 
 // Size in bytes of one element of `dt`; 0 for an unknown datatype.
-size_t datatype_size(ptl_datatype_t dt);
+inline size_t datatype_size(ptl_datatype_t dt) {
+    switch (dt) {
+        case PTL_INT8_T:
+        case PTL_UINT8_T: return 1;
+        case PTL_INT16_T:
+        case PTL_UINT16_T: return 2;
+        case PTL_INT32_T:
+        case PTL_UINT32_T:
+        case PTL_FLOAT: return 4;
+        case PTL_INT64_T:
+        case PTL_UINT64_T:
+        case PTL_DOUBLE:
+        case PTL_FLOAT_COMPLEX: return 8;
+        case PTL_DOUBLE_COMPLEX: return 16;
+        case PTL_LONG_DOUBLE: return sizeof(long double);
+        case PTL_LONG_DOUBLE_COMPLEX: return 2 * sizeof(long double);
+        default: return 0;
+    }
+}
 
 // Whether `op` on `dt` is legal for the given call (Table 3-4, digest §10.2).
 bool legal(ptl_op_t op, ptl_datatype_t dt, Call call);
@@ -24,7 +43,10 @@ void apply(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const 
 // Whether apply_in_place can do `dt` at `target`: elements of at most 8 bytes, naturally
 // aligned. Every path that applies atomics to memory other processes reach directly asks this
 // same question, so one entry's atomics use one mechanism whichever path they took.
-bool in_place_capable(ptl_datatype_t dt, const void *target, size_t len);
+inline bool in_place_capable(ptl_datatype_t dt, const void *target, size_t len) {
+    const size_t n = datatype_size(dt);
+    return n != 0 && n <= 8 && len % n == 0 && reinterpret_cast<uintptr_t>(target) % n == 0;
+}
 
 // As apply, each element by one CPU compare-and-swap on the memory itself, so it is atomic with
 // respect to other processes doing the same on a shared mapping; `fetched` (if not null)

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "../util/asymmetric_fence.h"
 #include "../util/clock.h"
 #include "../wire/os_process.h"
 #include "../wire/shm/shm_wire.h"
@@ -36,6 +37,9 @@ void Engine::open_exports() {
     // With PTL_WIRE=tcp or verbs no peer reaches us through shared memory: nothing to export.
     const bool shm_peers = cfg_.wire == WireChoice::Auto || cfg_.wire == WireChoice::Shm;
     exports_ = cfg_.direct && shm_peers ? new (shm_->export_area()) direct::Area() : nullptr;
+    light_marks_ = cfg_.direct && asymmetric_fence::register_hot_side();
+    if (exports_ && light_marks_ && asymmetric_fence::heavy())
+        exports_->header.light_marks.store(1, std::memory_order_release);
     export_owner_.assign(direct::kSlots, nullptr);
     counter_owner_.assign(direct::kCounters, nullptr);
     remote_cts_.clear();
@@ -108,6 +112,13 @@ void Engine::revoke_export(Pt &pt, Entry *e) {
     direct::Slot &s = exports_->slots[i];
     s.gen.fetch_add(1, std::memory_order_seq_cst);  // even: dead
     exports_->header.version.fetch_add(1, std::memory_order_release);
+    if (exports_->header.light_marks.load(std::memory_order_relaxed) && !asymmetric_fence::heavy()) {
+        // Not seen to fail where it once worked; should it, peers go back to full fences, and
+        // one that entered with a light one just now may be missed.
+        exports_->header.light_marks.store(0, std::memory_order_seq_cst);
+        std::fprintf(stderr,
+                     "portals: membarrier failed; the direct path's marks use full fences from now\n");
+    }
     // Wait out the peers inside the slot: a marking process that is gone never clears its mark.
     const uint64_t warn_at = monotonic_ns() + 10'000'000'000ull;
     for (direct::Mark &m : exports_->marks) {
@@ -191,7 +202,9 @@ void Engine::set_holding(bool holding) {
 }
 
 direct::PeerTable *Engine::peer_table(PeerId p) {
-    if (last_table_peer_ == p && last_table_) return last_table_;
+    if (!exports_ || p.nid != self_.nid || p == self_ || self_.pid >= direct::kMarks ||
+        wire_for(p) != shm_.get())
+        return nullptr;
     auto it = peer_tables_.find(p);
     if (it == peer_tables_.end()) {
         pid_t owner = 0;
@@ -205,8 +218,8 @@ direct::PeerTable *Engine::peer_table(PeerId p) {
 }
 
 int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call) {
-    if (self_.pid >= direct::kMarks || wire_for(c.peer) != shm_.get()) return kNotDirect;
-    direct::PeerTable *table = peer_table(c.peer);
+    // The last peer's table is the common case: every peer that has one passed the checks.
+    direct::PeerTable *table = last_table_ && last_table_peer_ == c.peer ? last_table_ : peer_table(c.peer);
     if (!table) return kNotDirect;
     direct::Area *area = table->area();
     Ni *n = c.ni;
@@ -245,21 +258,39 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     const uint64_t gen = t.gen;
 
     direct::Mark &mark = area->marks[self_.pid];
-    mark.inside.store(uint32_t(i + 1), std::memory_order_seq_cst);
+    if (light_marks_ && area->header.light_marks.load(std::memory_order_relaxed)) {
+        mark.inside.store(uint32_t(i + 1), std::memory_order_relaxed);
+        asymmetric_fence::light();
+    } else {
+        mark.inside.store(uint32_t(i + 1), std::memory_order_seq_cst);
+    }
     if (s.gen.load(std::memory_order_seq_cst) != gen) {
         mark.inside.store(0, std::memory_order_release);
         return kNotDirect;
     }
-    SmallVec<char, 256> src, fetched;
+    // An atomic reads its operands and writes the fetched values in the MDs' memory when it
+    // is contiguous and a fetched value cannot overwrite an operand not yet read.
+    SmallVec<char, 64> src_copy, fetched_copy;
+    char *fetched = nullptr;
     switch (kind) {
         case TrigKind::Put: c.put_md->region.read(c.put_off, at, len, false); break;
         case TrigKind::Get: c.get_md->region.write(c.get_off, at, len, false); break;
         default: {
-            src.resize(len);
-            c.put_md->region.read(c.put_off, src.data(), len, false);
-            if (kind != TrigKind::Atomic) fetched.resize(len);
-            atomics::apply_in_place(a.op, a.datatype, at, src.data(), c.operand_len ? a.operand : nullptr,
-                                    len, kind == TrigKind::Atomic ? nullptr : fetched.data());
+            const char *src = c.put_md->region.contiguous_at(c.put_off);
+            if (!src) {
+                src_copy.resize(len);
+                c.put_md->region.read(c.put_off, src_copy.data(), len, false);
+                src = src_copy.data();
+            }
+            if (kind != TrigKind::Atomic) {
+                fetched = c.get_md->region.contiguous_at(c.get_off);
+                if (!fetched || (fetched > src && fetched < src + len)) {
+                    fetched_copy.resize(len);
+                    fetched = fetched_copy.data();
+                }
+            }
+            atomics::apply_in_place(a.op, a.datatype, at, src, c.operand_len ? a.operand : nullptr, len,
+                                    fetched);
             break;
         }
     }
@@ -280,7 +311,7 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
                                                                             : proto::kSwap)),
                      c.peer.nid, c.peer.pid, a.pt_index, (unsigned long long)a.match_bits,
                      (unsigned long long)len, i);
-    if (c.get_md && kind != TrigKind::Get) c.get_md->region.write(c.get_off, fetched.data(), len, false);
+    if (!fetched_copy.empty()) c.get_md->region.write(c.get_off, fetched, len, false);
     const Md *reporter = c.get_md ? c.get_md : c.put_md;
     if (in_call && (reporter->desc.options & PTLX_MD_COMPLETE_IN_CALL)) return PTLX_DONE;
     if (c.put_md) initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);

@@ -8,9 +8,12 @@
 // checks the slot's fields against its operation, stores the slot's number in its mark, and
 // reads the generation again: unchanged, it may access the memory until it clears the mark.
 // The owner revokes by making the generation even and then waiting until no mark names the
-// slot (or the marking process is gone). Both sides' store-then-load are sequentially
-// consistent, so either the initiator sees the revocation or the owner sees the mark: once a
-// revocation returns, no access through that slot is in progress or can start.
+// slot (or the marking process is gone). Both sides' store-then-load are fenced, so either the
+// initiator sees the revocation or the owner sees the mark: once a revocation returns, no
+// access through that slot is in progress or can start. Where the owner says so
+// (Header::light_marks), initiators fence with a compiler barrier and the owner fences them
+// at each revocation with membarrier (util/asymmetric_fence.h): an operation costs no locked
+// instruction for its mark.
 #pragma once
 
 #include <portals4.h>
@@ -34,6 +37,8 @@ struct alignas(64) Header {
     std::atomic<uint32_t> holding;
     // A peer added to a counter since the owner last looked (its waiters and triggers).
     std::atomic<uint32_t> counted;
+    // The owner's revocations fence the registered initiators (asymmetric_fence::heavy).
+    std::atomic<uint32_t> light_marks;
 };
 
 // A CT's counts made by peers (the owner adds its own): success, failure.

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../util/futex_mutex.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
 #include "config.h"
@@ -128,7 +129,7 @@ public:
 
 private:
     friend class ProgressThread;
-    using Lock = std::unique_lock<std::mutex>;
+    using Lock = std::unique_lock<FutexMutex>;
 
     Ni *ni_of(ptl_handle_ni_t h) const;
     Ni *ni_for_object(uint32_t h) const {
@@ -206,8 +207,10 @@ private:
         PeerId peer{};
     };
     int check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
-    // in_call: made by an API call (which may return PTLX_DONE), not fired as a trigger.
-    int start_op(TrigKind kind, const DataOpArgs &a, bool in_call = false);
+    // A fired trigger's operation: checked, then direct or sent.
+    int start_op(TrigKind kind, const DataOpArgs &a);
+    // The message path: the request to the target's engine.
+    int send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c);
 
     // The direct path (direct.cc, DESIGN decision 9).
     static constexpr uint64_t kExportAreaBytes = 256 * 1024;
@@ -228,6 +231,7 @@ private:
     int32_t remote_counter(Ct *c);  // the export table's counter for `c`, given on first use
     bool cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
                      size_t data_len) const;
+    // The table of a peer the direct path may reach (same host, shm wire), or nullptr.
     direct::PeerTable *peer_table(PeerId p);
     // kNotDirect: the message path's turn; else done, PTL_OK or, `in_call` (an API call, not a
     // triggered operation) from a PTLX_MD_COMPLETE_IN_CALL MD, PTLX_DONE (direct.cc).
@@ -283,7 +287,7 @@ private:
 
     Config cfg_;
     IdleBackoff backoff_;
-    mutable std::mutex mu_;
+    mutable FutexMutex mu_;
     std::atomic<int> init_refs_{0};
     std::atomic<bool> aborted_{false};
     std::atomic<uint32_t> event_seq_{0};
@@ -313,6 +317,7 @@ private:
     // The direct path: our export table (in the shm wire's segment) and its entries, the
     // tables of peers we reached, and whether peers were told we hold messages.
     direct::Area *exports_ = nullptr;
+    bool light_marks_ = false;  // registered for the owners' membarrier (asymmetric_fence.h)
     std::vector<Entry *> export_owner_;
     std::vector<Ct *> counter_owner_;
     std::vector<Ct *> remote_cts_;  // the CTs among them, for take_remote_counts

@@ -56,9 +56,13 @@ void Engine::post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t f
 
 int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     Lock lk(mu_);
-    const int rc = start_op(kind, a, true);
+    CheckedOp c;
+    int rc = check_op(kind, a, c);
+    if (rc == PTL_OK && (rc = try_direct(kind, a, c, true)) == kNotDirect) {
+        rc = send_op(kind, a, c);
+        if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
+    }
     finish_call();
-    if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
     return rc;
 }
 
@@ -106,11 +110,14 @@ int Engine::check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
     return PTL_OK;
 }
 
-int Engine::start_op(TrigKind kind, const DataOpArgs &a, bool in_call) {
+int Engine::start_op(TrigKind kind, const DataOpArgs &a) {
     CheckedOp c;
     if (int rc = check_op(kind, a, c); rc != PTL_OK) return rc;
-    if (cfg_.direct && c.peer.nid == self_.nid && !(c.peer == self_))
-        if (const int done = try_direct(kind, a, c, in_call); done != kNotDirect) return done;
+    if (const int done = try_direct(kind, a, c, false); done != kNotDirect) return done;
+    return send_op(kind, a, c);
+}
+
+int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     const uint8_t op = proto_op(kind);
     Md *put_md = c.put_md, *get_md = c.get_md;
     Ni *n = c.ni;

@@ -32,6 +32,9 @@ struct Region {
         return iov_address_at(offset);
     }
 
+    // The address of `offset` in a contiguous region; nullptr for an iovec one.
+    char *contiguous_at(uint64_t offset) const { return iov ? nullptr : static_cast<char *>(start) + offset; }
+
     // Appends the (address, length) pieces covering [offset, offset+len) to `out`. Inline for
     // the contiguous case: once per message on both sides.
     void pieces(uint64_t offset, uint64_t len, IovList &out) const {

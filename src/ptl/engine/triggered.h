@@ -31,7 +31,8 @@ struct DataOpArgs {
     ptl_hdr_data_t hdr_data = 0;
     ptl_op_t op = 0;
     ptl_datatype_t datatype = 0;
-    unsigned char operand[32] = {};  // one element, up to long double complex
+    // One element, up to long double complex; read only for the operand_len bytes PtlSwap set.
+    unsigned char operand[32];
 };
 
 struct TrigOp {

@@ -29,16 +29,14 @@ ucs_status_t post(uct_ep_h tl_ep, unsigned opcode, uint64_t value, unsigned size
     if (!rk) return UCS_ERR_INVALID_PARAM;
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    Op *op = f->get_op(ep, OpType::AtomicPost, nullptr);
+    Op *op = f->next_op(ep);
     if (!op) return UCS_ERR_NO_RESOURCE;
     op->operand = value;
     const int rc = PtlAtomic(f->md_volatile, reinterpret_cast<uintptr_t>(&op->operand), size, PTL_ACK_REQ,
                              ep->peer, rk->pt, rk->key, remote_addr - rk->base, op, 0, op_kind,
                              size == 4 ? PTL_UINT32_T : PTL_UINT64_T);
-    if (rc != PTL_OK) {
-        f->put_op(op);
-        return rc == PTLX_DONE ? UCS_OK : status_of(rc);  // done by the engine in the call
-    }
+    if (rc != PTL_OK) return rc == PTLX_DONE ? UCS_OK : status_of(rc);  // done by the engine in the call
+    f->take_op(op, ep, OpType::AtomicPost, nullptr);
     return UCS_OK;
 }
 
@@ -50,12 +48,10 @@ ucs_status_t fetch(uct_ep_h tl_ep, unsigned opcode, uint64_t value, uint64_t com
     if (!rk) return UCS_ERR_INVALID_PARAM;
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    Op *op = f->get_op(ep, OpType::AtomicFetch, comp);
+    Op *op = f->next_op(ep);
     if (!op) return UCS_ERR_NO_RESOURCE;
     op->operand = value;
     op->compare = compare;
-    op->result = result;
-    op->result_size = size;
     const ptl_datatype_t type = size == 4 ? PTL_UINT32_T : PTL_UINT64_T;
     const uintptr_t get_off = reinterpret_cast<uintptr_t>(&op->fetched);
     const uintptr_t put_off = reinterpret_cast<uintptr_t>(&op->operand);
@@ -68,10 +64,10 @@ ucs_status_t fetch(uct_ep_h tl_ep, unsigned opcode, uint64_t value, uint64_t com
                             remote_addr - rk->base, op, 0, op_kind, type);
     }
     if (rc == PTLX_DONE) std::memcpy(result, &op->fetched, size);  // done in the call: as the REPLY would
-    if (rc != PTL_OK) {
-        f->put_op(op);
-        return rc == PTLX_DONE ? UCS_OK : status_of(rc);
-    }
+    if (rc != PTL_OK) return rc == PTLX_DONE ? UCS_OK : status_of(rc);
+    f->take_op(op, ep, OpType::AtomicFetch, comp);
+    op->result = result;
+    op->result_size = size;
     return UCS_INPROGRESS;
 }
 

@@ -393,7 +393,13 @@ extern "C" void uct_portals_iface_progress_disable(uct_iface_h tl_iface, unsigne
 namespace {
 
 Op *start_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp) {
+    // The operands and the fetched value belong to the engine from the call on (take_op
+    // follows it, and an operation on ourselves has its REPLY written before the call returns).
+    const uint64_t operand = op->operand, compare = op->compare, fetched = op->fetched;
     *op = Op{};
+    op->operand = operand;
+    op->compare = compare;
+    op->fetched = fetched;
     op->type = t;
     op->ep = ep;
     op->comp = comp;
@@ -405,9 +411,7 @@ Op *start_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp) {
 
 }  // namespace
 
-Op *Iface::get_op(Ep *ep, OpType t, uct_completion_t *comp) {
-    Op *op = free_ops;
-    if (!op || (ep && ep->blocked_by_pending())) return nullptr;
+Op *Iface::take_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp) {
     free_ops = op->next_free;
     ++ops_in_flight;
     return start_op(op, ep, t, comp);
@@ -514,7 +518,7 @@ void Iface::complete_op(Op *op, ucs_status_t status) {
             default: break;
         }
     }
-    std::free(op->bounce);
+    give_bounce(std::exchange(op->bounce, nullptr));
     uct_completion_t *comp = op->comp;
     put_op(op);
     if (comp) uct_invoke_completion(comp, status);

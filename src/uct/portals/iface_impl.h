@@ -21,6 +21,7 @@ extern "C" {
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <new>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -273,6 +274,7 @@ struct Iface {
     ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
     std::vector<Op> ops;
     Op *free_ops = nullptr;
+    std::vector<std::unique_ptr<char[]>> bounce_spare;
     // A rendezvous send waits for its receiver, whose answer may need our send resources, so
     // it holds none: its operation and announcement come from a pool that grows.
     struct RndvSlot {
@@ -300,7 +302,26 @@ struct Iface {
     std::string dev_name;
 
     // ops
-    Op *get_op(Ep *ep, OpType t, uct_completion_t *comp);
+    Op *get_op(Ep *ep, OpType t, uct_completion_t *comp) {
+        Op *op = next_op(ep);
+        return op ? take_op(op, ep, t, comp) : nullptr;
+    }
+    // The op an RMA or atomic call names to the engine: the next free one, taken (take_op)
+    // only when the call did not complete in the engine (PTLX_DONE, the direct path), which
+    // then needs no bookkeeping at all. take_op resets it: fields the engine reads at the call
+    // (operands) may be set before, fields read at completion after.
+    Op *next_op(const Ep *ep) const { return ep && ep->blocked_by_pending() ? nullptr : free_ops; }
+    Op *take_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp);
+    // get_bcopy's landing buffers (seg_size bytes), kept for the next one.
+    char *take_bounce() {
+        if (bounce_spare.empty()) return new (std::nothrow) char[seg_size ? seg_size : 1];
+        char *b = bounce_spare.back().release();
+        bounce_spare.pop_back();
+        return b;
+    }
+    void give_bounce(char *b) {
+        if (b) bounce_spare.emplace_back(b);
+    }
     // nullptr while ep has pending requests, RNDV_QUEUE_LEN are in flight, or the EQ cannot grow
     Op *get_rndv_op(Ep *ep, uct_completion_t *comp);
     void complete_op(Op *op, ucs_status_t status);

@@ -6,7 +6,6 @@ extern "C" {
 }
 
 #include <alloca.h>
-#include <cstdlib>
 
 using namespace uct_portals;
 
@@ -35,30 +34,38 @@ ucs_status_t put(Ep *ep, const void *src, size_t length, uint64_t remote_addr, u
     Iface *f = ep->iface;
     Target t;
     if (!target_of(ep, rkey, remote_addr, length, &t)) return UCS_ERR_INVALID_PARAM;
-    Op *op = f->get_op(ep, OpType::Put, comp);
+    Op *op = f->next_op(ep);
     if (!op) return UCS_ERR_NO_RESOURCE;
     const int rc = PtlPut(zcopy ? f->md : f->md_volatile, reinterpret_cast<uintptr_t>(src), length,
                           PTL_ACK_REQ, ep->peer, t.pt, t.bits, t.offset, op, 0);
-    if (rc != PTL_OK) {
-        f->put_op(op);
-        return rc == PTLX_DONE ? UCS_OK : status_of(rc);  // done by the engine in the call
-    }
+    if (rc != PTL_OK) return rc == PTLX_DONE ? UCS_OK : status_of(rc);  // done by the engine in the call
+    f->take_op(op, ep, OpType::Put, comp);
     return UCS_INPROGRESS;
 }
 
-ucs_status_t get(Ep *ep, Op *op, void *dst, size_t length, uint64_t remote_addr, uct_rkey_t rkey) {
+// A get into `dst`, or with unpack_cb into a bounce buffer unpacked at completion.
+ucs_status_t get(Ep *ep, void *dst, size_t length, uint64_t remote_addr, uct_rkey_t rkey,
+                 uct_completion_t *comp, uct_unpack_callback_t unpack_cb = nullptr,
+                 void *unpack_arg = nullptr) {
     Iface *f = ep->iface;
     Target t;
-    int rc = PTL_ARG_INVALID;
-    if (target_of(ep, rkey, remote_addr, length, &t))
-        rc = PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, t.pt, t.bits, t.offset, op);
-    if (rc == PTLX_DONE && op->bounce) op->unpack_cb(op->unpack_arg, op->bounce, length);  // done in the call
+    if (!target_of(ep, rkey, remote_addr, length, &t)) return UCS_ERR_INVALID_PARAM;
+    Op *op = f->next_op(ep);
+    if (!op) return UCS_ERR_NO_RESOURCE;
+    char *bounce = nullptr;
+    if (unpack_cb && !(dst = bounce = f->take_bounce())) return UCS_ERR_NO_MEMORY;
+    const int rc =
+        PtlGet(f->md, reinterpret_cast<uintptr_t>(dst), length, ep->peer, t.pt, t.bits, t.offset, op);
     if (rc != PTL_OK) {
-        std::free(op->bounce);
-        op->bounce = nullptr;
-        f->put_op(op);
+        if (rc == PTLX_DONE && bounce) unpack_cb(unpack_arg, bounce, length);  // done in the call
+        f->give_bounce(bounce);
         return rc == PTLX_DONE ? UCS_OK : status_of(rc);
     }
+    f->take_op(op, ep, bounce ? OpType::GetBcopy : OpType::Get, comp);
+    op->bounce = bounce;
+    op->unpack_cb = unpack_cb;
+    op->unpack_arg = unpack_arg;
+    op->length = length;
     return UCS_INPROGRESS;
 }
 
@@ -98,28 +105,14 @@ extern "C" ucs_status_t uct_portals_ep_get_bcopy(uct_ep_h tl_ep, uct_unpack_call
                                                  size_t length, uint64_t remote_addr, uct_rkey_t rkey,
                                                  uct_completion_t *comp) {
     Ep *ep = ep_of(tl_ep);
-    Iface *f = ep->iface;
-    UCT_CHECK_LENGTH(length, 0, f->seg_size, "get_bcopy");
-    Op *op = f->get_op(ep, OpType::GetBcopy, comp);
-    if (!op) return UCS_ERR_NO_RESOURCE;
-    op->bounce = static_cast<char *>(std::malloc(length ? length : 1));
-    if (!op->bounce) {
-        f->put_op(op);
-        return UCS_ERR_NO_MEMORY;
-    }
-    op->unpack_cb = unpack_cb;
-    op->unpack_arg = arg;
-    op->length = length;
-    return get(ep, op, op->bounce, length, remote_addr, rkey);
+    UCT_CHECK_LENGTH(length, 0, ep->iface->seg_size, "get_bcopy");
+    return get(ep, nullptr, length, remote_addr, rkey, comp, unpack_cb, arg);
 }
 
 extern "C" ucs_status_t uct_portals_ep_get_zcopy(uct_ep_h tl_ep, const uct_iov_t *iov, size_t iovcnt,
                                                  uint64_t remote_addr, uct_rkey_t rkey,
                                                  uct_completion_t *comp) {
     UCT_CHECK_PARAM(iovcnt <= 1, "get_zcopy: iovcnt %zu > 1", iovcnt);
-    Ep *ep = ep_of(tl_ep);
-    Op *op = ep->iface->get_op(ep, OpType::Get, comp);
-    if (!op) return UCS_ERR_NO_RESOURCE;
-    return get(ep, op, iovcnt ? iov[0].buffer : nullptr, iovcnt ? uct_iov_get_length(iov) : 0, remote_addr,
-               rkey);
+    return get(ep_of(tl_ep), iovcnt ? iov[0].buffer : nullptr, iovcnt ? uct_iov_get_length(iov) : 0,
+               remote_addr, rkey, comp);
 }
