@@ -217,6 +217,29 @@ direct::PeerTable *Engine::peer_table(PeerId p) {
     return last_table_ = it->second.get();
 }
 
+// Operands are read and fetched values written in the MDs' memory when it is contiguous and a
+// fetched value cannot overwrite an operand not yet read; else through copies.
+void Engine::direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, char *at) {
+    const uint64_t len = a.length;
+    SmallVec<char, 64> src_copy, fetched_copy;
+    const char *src = c.put_md->region.contiguous_at(c.put_off);
+    if (!src) {
+        src_copy.resize(len);
+        c.put_md->region.read(c.put_off, src_copy.data(), len, false);
+        src = src_copy.data();
+    }
+    char *fetched = nullptr;
+    if (kind != TrigKind::Atomic) {
+        fetched = c.get_md->region.contiguous_at(c.get_off);
+        if (!fetched || (fetched > src && fetched < src + len)) {
+            fetched_copy.resize(len);
+            fetched = fetched_copy.data();
+        }
+    }
+    atomics::apply_in_place(a.op, a.datatype, at, src, c.operand_len ? a.operand : nullptr, len, fetched);
+    if (!fetched_copy.empty()) c.get_md->region.write(c.get_off, fetched, len, false);
+}
+
 int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call) {
     // The last peer's table is the common case: every peer that has one passed the checks.
     direct::PeerTable *table = last_table_ && last_table_peer_ == c.peer ? last_table_ : peer_table(c.peer);
@@ -268,31 +291,10 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
         mark.inside.store(0, std::memory_order_release);
         return kNotDirect;
     }
-    // An atomic reads its operands and writes the fetched values in the MDs' memory when it
-    // is contiguous and a fetched value cannot overwrite an operand not yet read.
-    SmallVec<char, 64> src_copy, fetched_copy;
-    char *fetched = nullptr;
     switch (kind) {
         case TrigKind::Put: c.put_md->region.read(c.put_off, at, len, false); break;
         case TrigKind::Get: c.get_md->region.write(c.get_off, at, len, false); break;
-        default: {
-            const char *src = c.put_md->region.contiguous_at(c.put_off);
-            if (!src) {
-                src_copy.resize(len);
-                c.put_md->region.read(c.put_off, src_copy.data(), len, false);
-                src = src_copy.data();
-            }
-            if (kind != TrigKind::Atomic) {
-                fetched = c.get_md->region.contiguous_at(c.get_off);
-                if (!fetched || (fetched > src && fetched < src + len)) {
-                    fetched_copy.resize(len);
-                    fetched = fetched_copy.data();
-                }
-            }
-            atomics::apply_in_place(a.op, a.datatype, at, src, c.operand_len ? a.operand : nullptr, len,
-                                    fetched);
-            break;
-        }
+        default: direct_atomic(kind, a, c, at); break;
     }
     if (t.counter >= 0) {
         // Inside the mark: a revoked counter may be given to another CT once we are out.
@@ -311,7 +313,6 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
                                                                             : proto::kSwap)),
                      c.peer.nid, c.peer.pid, a.pt_index, (unsigned long long)a.match_bits,
                      (unsigned long long)len, i);
-    if (!fetched_copy.empty()) c.get_md->region.write(c.get_off, fetched, len, false);
     const Md *reporter = c.get_md ? c.get_md : c.put_md;
     if (in_call && (reporter->desc.options & PTLX_MD_COMPLETE_IN_CALL)) return PTLX_DONE;
     if (c.put_md) initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);

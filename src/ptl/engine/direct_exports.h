@@ -109,17 +109,9 @@ public:
     Target &find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
         const uint64_t v = area_->header.version.load(std::memory_order_acquire);
         const Key key{uint32_t(ni) << 24 | uint32_t(is_me) << 16 | pt, is_me ? bits : 0};
-        if (v == version_ && last_ && last_key_ == key) [[likely]]
+        if (v == version_ && last_key_ == key && last_) [[likely]]
             return *last_;
-        if (v != version_) {
-            cache_.clear();
-            version_ = v;
-            changed_ = true;
-        }
-        auto it = cache_.find(key);
-        if (it == cache_.end()) it = cache_.emplace(key, scan(key, ni, pt, is_me)).first;
-        last_key_ = key;
-        return *(last_ = &it->second);
+        return find_again(v, key, ni, pt, is_me);
     }
 
     // Whether the table changed since the last call (then live_files() says what to keep).
@@ -142,6 +134,17 @@ private:
             return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
         }
     };
+    [[gnu::noinline]] Target &find_again(uint64_t v, const Key &key, uint8_t ni, uint16_t pt, bool is_me) {
+        if (v != version_) {
+            cache_.clear();
+            version_ = v;
+            changed_ = true;
+        }
+        auto it = cache_.find(key);
+        if (it == cache_.end()) it = cache_.emplace(key, scan(key, ni, pt, is_me)).first;
+        last_key_ = key;
+        return *(last_ = &it->second);
+    }
     Target scan(const Key &key, uint8_t ni, uint16_t pt, bool is_me) const {
         Target t;
         for (uint32_t i = 0; i < kSlots; ++i) {

@@ -1056,13 +1056,9 @@ int Engine::eq_arm(ptl_handle_eq_t h, int fd) {
     return PTL_OK;
 }
 
-uint64_t Engine::coarse_now() {
-    constexpr uint32_t kCoarseClockCalls = 16;
-    if (++coarse_calls_ >= kCoarseClockCalls || !coarse_now_ns_) {
-        coarse_calls_ = 0;
-        coarse_now_ns_ = monotonic_ns();
-    }
-    return coarse_now_ns_;
+uint64_t Engine::read_coarse_clock() {
+    coarse_calls_ = 0;
+    return coarse_now_ns_ = monotonic_ns();
 }
 
 int Engine::progress_locked(uint64_t now_ns) {

@@ -160,7 +160,13 @@ private:
     int app_progress_locked();
     int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
     int pop_event(Eq *e, ptl_event_t *ev);  // every read of an event by the application
-    uint64_t coarse_now();
+    uint64_t coarse_now() {
+        constexpr uint32_t kCoarseClockCalls = 16;
+        if (++coarse_calls_ < kCoarseClockCalls && coarse_now_ns_) [[likely]]
+            return coarse_now_ns_;
+        return read_coarse_clock();
+    }
+    uint64_t read_coarse_clock();
     void handle_message(const InMessage &m);
     void process_message(const InMessage &m);
     // Retries held messages in order (held_messages.h); returns how many were processed.
@@ -237,6 +243,7 @@ private:
     // triggered operation) from a PTLX_MD_COMPLETE_IN_CALL MD, PTLX_DONE (direct.cc).
     static constexpr int kNotDirect = -1;
     int try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call);
+    void direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, char *at);
     // The initiator's event and count of an operation; inline so that an MD with neither (most
     // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
