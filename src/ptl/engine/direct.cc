@@ -193,7 +193,7 @@ void Engine::release_remote_counter(Ct *c) {
 }
 
 void Engine::take_remote_counts() {
-    if (!exports_->header.counted.exchange(0, std::memory_order_acq_rel)) return;
+    if (!exports_->header.counted.exchange(0, std::memory_order_seq_cst)) return;
     for (Ct *c : remote_cts_) ct_changed(c);
 }
 
@@ -298,8 +298,11 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     }
     if (t.counter >= 0) {
         // Inside the mark: a revoked counter may be given to another CT once we are out.
-        area->counters[t.counter].counts[0].fetch_add(t.count_bytes ? len : 1, std::memory_order_acq_rel);
-        area->header.counted.store(1, std::memory_order_release);
+        // Sequentially consistent: the owner takes `counted` before it reads the counters, and
+        // the last read-modify-write orders them before the look at its sleep (wake_peer).
+        area->counters[t.counter].counts[0].fetch_add(t.count_bytes ? len : 1, std::memory_order_seq_cst);
+        if (!area->header.counted.load(std::memory_order_seq_cst))
+            area->header.counted.exchange(1, std::memory_order_seq_cst);
         shm_->wake_peer(c.peer);  // a target asleep in PtlCTWait, or its progress thread
     }
     mark.inside.store(0, std::memory_order_release);

@@ -338,19 +338,27 @@ int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
 }
 
 void Engine::sleep_for_traffic(long timeout_us) {
+    // Peers' direct counts ring only a sleeping engine: one that counted just before we went
+    // to sleep left the flag up instead.
+    const auto counted = [this] {
+        return exports_ && exports_->header.counted.load(std::memory_order_seq_cst);
+    };
     if (tcp_)
-        shm_->wait_for_traffic(timeout_us, [this] {
-            tcp_->arm_wakeup();
+        shm_->wait_for_traffic(
+            timeout_us,
+            [this] {
+                tcp_->arm_wakeup();
 #ifdef PTL_HAVE_VERBS
-            // Arming looks at the completion queue once more, which progress owns.
-            if (verbs_) {
-                Lock lk(mu_);
-                if (verbs_) verbs_->arm_wakeup();
-            }
+                // Arming looks at the completion queue once more, which progress owns.
+                if (verbs_) {
+                    Lock lk(mu_);
+                    if (verbs_) verbs_->arm_wakeup();
+                }
 #endif
-        });
+            },
+            counted);
     else
-        shm_->wait_for_traffic(timeout_us);
+        shm_->wait_for_traffic(timeout_us, {}, counted);
 }
 
 bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable) {

@@ -231,7 +231,8 @@ bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const str
     return cma(to, local, nl, remote, nr, true);
 }
 
-void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm_others) {
+void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm_others,
+                               const std::function<bool()> &work_waiting) {
     RingControl *c = rx_.control();
     const uint32_t v = c->doorbell.load(std::memory_order_acquire);
     if (arm_others) arm_others();
@@ -240,7 +241,7 @@ void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm
     if (has_backlog()) {
         // Our messages wait for room in a peer's ring: a progress must keep trying.
         sched_yield();
-    } else if (rx_.empty_for_consumer()) {
+    } else if (rx_.empty_for_consumer() && !(work_waiting && work_waiting())) {
         struct timespec ts {
             timeout_us / 1000000, (timeout_us % 1000000) * 1000
         };

@@ -42,7 +42,10 @@ public:
     // Sleeps until a message arrives, wake() is called, our own messages wait in a backlog, or
     // `timeout_us` passes (with a backlog it only yields the CPU). `arm_others` runs once the
     // sleep is committed, so a wake() it causes is never missed.
-    void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {});
+    // work_waiting: what else a producer may have left before ringing (checked after the
+    // sleeping flag is up, as the ring is).
+    void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {},
+                          const std::function<bool()> &work_waiting = {});
     void wake();
     // Read without the engine lock by a thread about to sleep; changed under it.
     bool has_backlog() const { return backlog_peers_.load(std::memory_order_relaxed) > 0; }
@@ -75,12 +78,10 @@ public:
     void retain_peer_pages(PeerId id, const std::vector<std::pair<int, uint64_t>> &live) {
         if (Peer *p = peer(id)) p->pages.retain(live);
     }
-    // Wakes the peer's engine if it sleeps for traffic (after a change it must notice).
+    // Wakes the peer's engine if it sleeps for traffic, after a change it must notice made by
+    // a sequentially consistent read-modify-write (which pairs with wait_for_traffic's fence).
     void wake_peer(PeerId id) {
-        if (Peer *p = peer(id)) {
-            std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wait_for_traffic's
-            p->ring.ring_doorbell_if_sleeping();
-        }
+        if (Peer *p = peer(id)) p->ring.ring_doorbell_if_sleeping();
     }
     // A peer's adopted pages (its `fd`, inode `ino`, of length `len`), mapped here; null if they
     // cannot be.
