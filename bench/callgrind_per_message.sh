@@ -8,7 +8,8 @@
 # barely shows in the count.
 #   bench/callgrind_per_message.sh [BUILD_DIR]     (default: _build)
 # Rows: UCT am_bw 8 B (sender, receiver), UCT am_lat 8 B (one side: a round trip per
-# iteration), UCP tag_bw 8 B (sender, receiver), UCP tag_lat 8 B.
+# iteration), UCP tag_bw 8 B (sender, receiver), UCP tag_lat 8 B; the one-sided operations at
+# their initiator (issue 32's direct path): UCT put_bw, get (bcopy), fadd 8 B.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/_build}
@@ -27,7 +28,8 @@ count() { # LEVEL TL SIDE TEST ITERS
   rm -f "$tmp"/cg.*
   local env=(env -u UCX_TLS -u LD_PRELOAD UCX_NET_DEVICES=lo,memory PERFTEST_TIMEOUT=600)
   [ "$tl" = portals ] && env+=(LD_PRELOAD="$module")
-  local args=(-t "$test" -s 8 -n "$iters")
+  local args=(-t "${test%%:*}" -s 8 -n "$iters")
+  [[ $test == *:* ]] && args+=(-D "${test#*:}")  # TEST:LAYOUT
   if [ "$level" = uct ]; then
     local dev=memory
     case $tl in portals | tcp) dev=lo ;; esac
@@ -68,3 +70,6 @@ row "uct am_lat 8B (round trip)" uct client am_lat "${CG_OTHER:-posix}"
 row "ucp tag_bw 8B (sender)" ucp client tag_bw "${CG_OTHER:-posix}"
 row "ucp tag_bw 8B (receiver)" ucp server tag_bw "${CG_OTHER:-posix}"
 row "ucp tag_lat 8B (round trip)" ucp client tag_lat "${CG_OTHER:-posix}"
+row "uct put_bw 8B (initiator)" uct client put_bw "${CG_OTHER:-posix}"
+row "uct get bcopy 8B (initiator)" uct client get:bcopy "${CG_OTHER:-posix}"
+row "uct fadd 8B (initiator)" uct client fadd "${CG_OTHER:-posix}"

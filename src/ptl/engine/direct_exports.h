@@ -35,10 +35,12 @@ struct alignas(64) Header {
     std::atomic<uint64_t> version;  // moves at every export and revocation: peers' caches
     // The owner holds messages back (held_messages.h): a direct operation could overtake one.
     std::atomic<uint32_t> holding;
-    // A peer added to a counter since the owner last looked (its waiters and triggers).
-    std::atomic<uint32_t> counted;
     // The owner's revocations fence the registered initiators (asymmetric_fence::heavy).
     std::atomic<uint32_t> light_marks;
+    // A peer added to a counter since the owner last looked (its waiters and triggers). On a
+    // line of its own: peers and owner write it at every counted operation, and the lines
+    // above are read at every operation.
+    alignas(64) std::atomic<uint32_t> counted;
 };
 
 // A CT's counts made by peers (the owner adds its own): success, failure.

@@ -19,7 +19,7 @@
 namespace ptl::shm {
 
 constexpr uint64_t kMagic = 0x3450544c52494e47ull;  // "4PTLRING"
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;                    // 4: the export table header's `counted` on its own line
 constexpr size_t kCacheLine = 64;
 
 struct alignas(kCacheLine) RingControl {
