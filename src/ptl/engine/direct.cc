@@ -241,6 +241,19 @@ void Engine::direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &
 }
 
 int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call) {
+    switch (kind) {
+        case TrigKind::Put: return try_direct_of<TrigKind::Put>(a, c, in_call);
+        case TrigKind::Get: return try_direct_of<TrigKind::Get>(a, c, in_call);
+        case TrigKind::Atomic: return try_direct_of<TrigKind::Atomic>(a, c, in_call);
+        case TrigKind::FetchAtomic: return try_direct_of<TrigKind::FetchAtomic>(a, c, in_call);
+        case TrigKind::Swap: return try_direct_of<TrigKind::Swap>(a, c, in_call);
+        default: return kNotDirect;
+    }
+}
+
+// One body per kind (data_op_of calls them directly): the kind's tests fold away.
+template <TrigKind kind>
+int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call) {
     // The last peer's table is the common case: every peer that has one passed the checks.
     direct::PeerTable *table = last_table_ && last_table_peer_ == c.peer ? last_table_ : peer_table(c.peer);
     if (!table) return kNotDirect;
@@ -329,5 +342,11 @@ int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, b
     }
     return PTL_OK;
 }
+
+template int Engine::try_direct_of<TrigKind::Put>(const DataOpArgs &, const CheckedOp &, bool);
+template int Engine::try_direct_of<TrigKind::Get>(const DataOpArgs &, const CheckedOp &, bool);
+template int Engine::try_direct_of<TrigKind::Atomic>(const DataOpArgs &, const CheckedOp &, bool);
+template int Engine::try_direct_of<TrigKind::FetchAtomic>(const DataOpArgs &, const CheckedOp &, bool);
+template int Engine::try_direct_of<TrigKind::Swap>(const DataOpArgs &, const CheckedOp &, bool);
 
 }  // namespace ptl

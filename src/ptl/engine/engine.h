@@ -213,6 +213,9 @@ private:
         PeerId peer{};
     };
     int check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
+    [[gnu::always_inline]] int check_op_inline(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
+    template <TrigKind kind>
+    int data_op_of(const DataOpArgs &a);
     // A fired trigger's operation: checked, then direct or sent.
     int start_op(TrigKind kind, const DataOpArgs &a);
     // The message path: the request to the target's engine.
@@ -243,6 +246,8 @@ private:
     // triggered operation) from a PTLX_MD_COMPLETE_IN_CALL MD, PTLX_DONE (direct.cc).
     static constexpr int kNotDirect = -1;
     int try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call);
+    template <TrigKind kind>
+    int try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call);
     void direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, char *at);
     // The initiator's event and count of an operation; inline so that an MD with neither (most
     // senders: SEND disabled, no CT) costs a test, not a call.

@@ -55,10 +55,22 @@ void Engine::post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t f
 }
 
 int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
+    // One body per kind, each with its checks inlined: the kind's tests fold away.
+    switch (kind) {
+        case TrigKind::Put: return data_op_of<TrigKind::Put>(a);
+        case TrigKind::Get: return data_op_of<TrigKind::Get>(a);
+        case TrigKind::Atomic: return data_op_of<TrigKind::Atomic>(a);
+        case TrigKind::FetchAtomic: return data_op_of<TrigKind::FetchAtomic>(a);
+        default: return data_op_of<TrigKind::Swap>(a);
+    }
+}
+
+template <TrigKind kind>
+int Engine::data_op_of(const DataOpArgs &a) {
     Lock lk(mu_);
     CheckedOp c;
-    int rc = check_op(kind, a, c);
-    if (rc == PTL_OK && (rc = try_direct(kind, a, c, true)) == kNotDirect) {
+    int rc = check_op_inline(kind, a, c);
+    if (rc == PTL_OK && (rc = try_direct_of<kind>(a, c, true)) == kNotDirect) {
         rc = send_op(kind, a, c);
         if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
     }
@@ -69,6 +81,10 @@ int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
 // The argument rules of §3.15 (B9, D8, D10, A1, A2, LA1), shared by the immediate calls
 // and by PtlTriggered*, which must refuse at post time what could never fire.
 int Engine::check_op(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
+    return check_op_inline(kind, a, c);
+}
+
+inline int Engine::check_op_inline(TrigKind kind, const DataOpArgs &a, CheckedOp &c) {
     const bool two_mds = kind == TrigKind::FetchAtomic || kind == TrigKind::Swap;
     Md *put_md = c.put_md = kind == TrigKind::Get ? nullptr : md_of(a.md);
     Md *get_md = c.get_md = kind == TrigKind::Get ? md_of(a.md) : two_mds ? md_of(a.get_md) : nullptr;
