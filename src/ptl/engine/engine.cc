@@ -157,18 +157,10 @@ void Engine::abort() {
     if (shm_) shm_->wake();
 }
 
-void Engine::notify_waiters() {
-    // Called under the engine lock, as sleepers read event_seq_ and arm the flag under it
-    // (wait_until): the lock orders the two, so no locked instruction here (one per event,
-    // and per count). Only PtlAbort's bump comes without it; losing it to this store loses
-    // nothing, the abort's own wake-up follows.
-    event_seq_.store(event_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    // Sleepers arm the flag before sleeping; one wake-up serves all of them, so a stream of
-    // events costs one system call per sleep, not one per event.
-    if (sleepers_armed_.load(std::memory_order_relaxed) && sleepers_armed_.exchange(false)) {
-        futex_wake_all(&event_seq_);
-        if (!cfg_.progress_thread && shm_) shm_->wake();
-    }
+void Engine::wake_sleepers() {
+    if (!sleepers_armed_.exchange(false)) return;
+    futex_wake_all(&event_seq_);
+    if (!cfg_.progress_thread && shm_) shm_->wake();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -895,22 +887,6 @@ void Engine::complete_own_operations() {
     }
     completing_own_ = false;
     if (loop_->pending()) shm_->wake();
-}
-
-void Engine::ct_add(Ct *ct, bool success, uint64_t amount) {
-    if (!ct) return;
-    // Under the engine lock, the only writer of the CT's own counts (peers add to theirs):
-    // readers need the store atomic, not a locked add.
-    std::atomic<uint64_t> &count = success ? ct->success : ct->failure;
-    count.store(count.load(std::memory_order_relaxed) + amount, std::memory_order_release);
-    ct_changed(ct);
-}
-
-void Engine::ct_changed(Ct *ct) {
-    if (!ct->triggered.empty() &&
-        std::find(changed_cts_.begin(), changed_cts_.end(), ct) == changed_cts_.end())
-        changed_cts_.push_back(ct);
-    notify_waiters();
 }
 
 void Engine::post_event(Eq *eq, const ptl_event_t &ev) {

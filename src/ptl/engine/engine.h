@@ -8,6 +8,7 @@
 #include <portals4.h>
 #include <portals4_ext.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -123,7 +124,17 @@ public:
     const Config &config() const { return cfg_; }
 
     // Hooks for the wires and the progress thread.
-    void notify_waiters();
+    // Called under the engine lock, as sleepers read event_seq_ and arm the flag under it
+    // (wait_until): the lock orders the two, so no locked instruction here (one per event,
+    // and per count). Only PtlAbort's bump comes without it; losing it to this store loses
+    // nothing, the abort's own wake-up follows. Sleepers arm the flag before sleeping; one
+    // wake-up serves all of them, so a stream of events costs one system call per sleep.
+    void notify_waiters() {
+        event_seq_.store(event_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+        if (sleepers_armed_.load(std::memory_order_relaxed)) [[unlikely]]
+            wake_sleepers();
+    }
+    void wake_sleepers();
     // A message as if a wire had just received it: the fuzz target's way in (test/fuzz).
     void inject(const InMessage &m);
 
@@ -186,8 +197,20 @@ private:
 
     // events and counting
     void post_event(Eq *eq, const ptl_event_t &ev);
-    void ct_add(Ct *ct, bool success, uint64_t amount);
-    void ct_changed(Ct *ct);
+    // Inline: every counted operation's. Under the engine lock, the only writer of the CT's
+    // own counts (peers add to theirs): readers need the store atomic, not a locked add.
+    void ct_add(Ct *ct, bool success, uint64_t amount) {
+        if (!ct) return;
+        std::atomic<uint64_t> &count = success ? ct->success : ct->failure;
+        count.store(count.load(std::memory_order_relaxed) + amount, std::memory_order_release);
+        ct_changed(ct);
+    }
+    void ct_changed(Ct *ct) {
+        if (!ct->triggered.empty() &&
+            std::find(changed_cts_.begin(), changed_cts_.end(), ct) == changed_cts_.end())
+            changed_cts_.push_back(ct);
+        notify_waiters();
+    }
     // Fires what the changed CTs reached; inline because nearly every call finds none.
     void run_triggers() {
         if (!changed_cts_.empty() && !in_triggers_) fire_triggers();
@@ -253,7 +276,8 @@ private:
     // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
                          ptl_size_t offset, ptl_list_t list, void *user_ptr, bool full_allowed) {
-        if (md && ((full_allowed && md_allows_full(*md, type, fail == PTL_NI_OK)) || md->ct))
+        if (md && ((full_allowed && md_allows_full(*md, type, fail == PTL_NI_OK)) ||
+                   md_count_amount(*md, type, fail == PTL_NI_OK, mlength)))
             post_initiator_event(md, type, fail, mlength, offset, list, user_ptr, full_allowed);
     }
     void post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
