@@ -12,17 +12,28 @@ long membarrier(int cmd) {
     return syscall(__NR_membarrier, cmd, 0, 0);
 }
 
+bool register_for(int fence, int registration) {
+    const long cmds = membarrier(MEMBARRIER_CMD_QUERY);
+    return cmds > 0 && (cmds & fence) && membarrier(registration) == 0;
+}
+
 }  // namespace
 
+bool in_process_registered =
+    register_for(MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
+
 bool register_hot_side() {
-    const long cmds = membarrier(MEMBARRIER_CMD_QUERY);
-    return cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-           membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+    return register_for(MEMBARRIER_CMD_GLOBAL_EXPEDITED, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
 }
 
 bool heavy() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
+}
+
+void heavy_in_process() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (in_process_registered) membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
 }
 
 }  // namespace ptl::asymmetric_fence

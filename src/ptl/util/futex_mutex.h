@@ -1,15 +1,18 @@
-// The engine's lock: a mutex whose uncontended lock and unlock are one locked instruction
-// each, inline (pthread's took ~70 instructions a pair: a third of a direct put's cost). When
-// contended it spins briefly, then sleeps on a futex (Drepper's three-state mutex: 0 free,
-// 1 held, 2 held with sleepers). Meets Lockable, for std::unique_lock and std::lock_guard.
+// The engine's lock. Uncontended, lock is one locked instruction and unlock a plain store
+// (pthread's pair cost ~70 instructions and two locked ones: a third of a direct put's time).
+// A thread that cannot get it spins briefly, then counts itself a waiter and sleeps on a
+// futex. Unlock stores 0 and then looks for waiters; to see that look, a would-be sleeper
+// first makes every thread of the process fence (asymmetric_fence::heavy_in_process, one
+// membarrier(2)): either the unlocker's store is then visible, or its look comes after the
+// waiter counted itself. Without that membarrier command, unlock is an exchange instead.
+// Sleeps are bounded (1 ms) all the same, so a lost wake-up costs time, never a hang.
+// Meets Lockable, for std::unique_lock and std::lock_guard.
 #pragma once
-
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+
+#include "asymmetric_fence.h"
 
 namespace ptl {
 
@@ -17,43 +20,30 @@ class FutexMutex {
 public:
     void lock() {
         uint32_t c = 0;
-        if (state_.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed))
-            [[likely]]
-            return;
-        lock_contended(c);
+        if (!held_.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed))
+            [[unlikely]]
+            lock_contended();
     }
     bool try_lock() {
         uint32_t c = 0;
-        return state_.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed);
+        return held_.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed);
     }
     void unlock() {
-        if (state_.exchange(0, std::memory_order_release) == 2) [[unlikely]]
-            futex(FUTEX_WAKE_PRIVATE, 1);
+        if (asymmetric_fence::in_process_available()) [[likely]] {
+            held_.store(0, std::memory_order_release);
+            asymmetric_fence::light();
+        } else {
+            held_.exchange(0, std::memory_order_seq_cst);
+        }
+        if (waiters_.load(std::memory_order_relaxed)) [[unlikely]]
+            wake_one();
     }
 
 private:
-    static void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#elif defined(__aarch64__)
-        asm volatile("yield");
-#endif
-    }
-    void lock_contended(uint32_t c) {
-        for (int spin = 0; spin < 100 && c == 1; ++spin) {
-            cpu_relax();
-            c = 0;
-            if (state_.compare_exchange_weak(c, 1, std::memory_order_acquire, std::memory_order_relaxed))
-                return;
-        }
-        // From here the lock is taken as "held with sleepers": an unlock then wakes one.
-        while (state_.exchange(2, std::memory_order_acquire) != 0) futex(FUTEX_WAIT_PRIVATE, 2);
-    }
-    void futex(int op, uint32_t val) {
-        syscall(SYS_futex, reinterpret_cast<uint32_t *>(&state_), op, val, nullptr, nullptr, 0);
-    }
-    std::atomic<uint32_t> state_{0};
+    void lock_contended();
+    void wake_one();
+    std::atomic<uint32_t> held_{0};
+    std::atomic<uint32_t> waiters_{0};
 };
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
 }  // namespace ptl
