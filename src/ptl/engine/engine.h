@@ -18,7 +18,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../util/futex_mutex.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
 #include "config.h"
@@ -124,14 +123,12 @@ public:
     const Config &config() const { return cfg_; }
 
     // Hooks for the wires and the progress thread.
-    // Called under the engine lock, as sleepers read event_seq_ and arm the flag under it
-    // (wait_until): the lock orders the two, so no locked instruction here (one per event,
-    // and per count). Only PtlAbort's bump comes without it; losing it to this store loses
-    // nothing, the abort's own wake-up follows. Sleepers arm the flag before sleeping; one
-    // wake-up serves all of them, so a stream of events costs one system call per sleep.
+    // Sleepers arm the flag before sleeping; one wake-up serves all of them, so a stream of
+    // events costs one system call per sleep, not one per event. Inline: every event's and
+    // every count's.
     void notify_waiters() {
-        event_seq_.store(event_seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-        if (sleepers_armed_.load(std::memory_order_relaxed)) [[unlikely]]
+        event_seq_.fetch_add(1, std::memory_order_seq_cst);
+        if (sleepers_armed_.load(std::memory_order_seq_cst)) [[unlikely]]
             wake_sleepers();
     }
     void wake_sleepers();
@@ -140,7 +137,7 @@ public:
 
 private:
     friend class ProgressThread;
-    using Lock = std::unique_lock<FutexMutex>;
+    using Lock = std::unique_lock<std::mutex>;
 
     Ni *ni_of(ptl_handle_ni_t h) const;
     Ni *ni_for_object(uint32_t h) const {
@@ -197,12 +194,11 @@ private:
 
     // events and counting
     void post_event(Eq *eq, const ptl_event_t &ev);
-    // Inline: every counted operation's. Under the engine lock, the only writer of the CT's
-    // own counts (peers add to theirs): readers need the store atomic, not a locked add.
+    // Inline: every counted operation's.
     void ct_add(Ct *ct, bool success, uint64_t amount) {
         if (!ct) return;
         std::atomic<uint64_t> &count = success ? ct->success : ct->failure;
-        count.store(count.load(std::memory_order_relaxed) + amount, std::memory_order_release);
+        count.fetch_add(amount, std::memory_order_acq_rel);
         ct_changed(ct);
     }
     void ct_changed(Ct *ct) {
@@ -323,7 +319,7 @@ private:
 
     Config cfg_;
     IdleBackoff backoff_;
-    mutable FutexMutex mu_;
+    mutable std::mutex mu_;
     std::atomic<int> init_refs_{0};
     std::atomic<bool> aborted_{false};
     std::atomic<uint32_t> event_seq_{0};

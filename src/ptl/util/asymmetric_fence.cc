@@ -19,9 +19,6 @@ bool register_for(int fence, int registration) {
 
 }  // namespace
 
-bool in_process_registered =
-    register_for(MEMBARRIER_CMD_PRIVATE_EXPEDITED, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED);
-
 bool register_hot_side() {
     return register_for(MEMBARRIER_CMD_GLOBAL_EXPEDITED, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED);
 }
@@ -29,11 +26,6 @@ bool register_hot_side() {
 bool heavy() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
-}
-
-void heavy_in_process() {
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (in_process_registered) membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED);
 }
 
 }  // namespace ptl::asymmetric_fence

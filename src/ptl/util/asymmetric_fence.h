@@ -20,13 +20,4 @@ inline void light() {
     std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
-// The same within this process (MEMBARRIER_CMD_PRIVATE_EXPEDITED, registered when the
-// library loads, before there are threads): whether the kernel has it, and the rare side's
-// fence (a full fence alone where it has not).
-extern bool in_process_registered;
-inline bool in_process_available() {
-    return in_process_registered;
-}
-void heavy_in_process();
-
 }  // namespace ptl::asymmetric_fence
