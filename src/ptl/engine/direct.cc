@@ -322,13 +322,8 @@ int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call)
 
     if (trace_) [[unlikely]]
         trace_->line("ni%u %s -> 0x%x:%u pt %u bits 0x%llx len %llu: direct (slot %d)", n->index,
-                     proto::op_name(uint8_t(kind == TrigKind::Put           ? proto::kPut
-                                            : kind == TrigKind::Get         ? proto::kGet
-                                            : kind == TrigKind::Atomic      ? proto::kAtomic
-                                            : kind == TrigKind::FetchAtomic ? proto::kFetchAtomic
-                                                                            : proto::kSwap)),
-                     c.peer.nid, c.peer.pid, a.pt_index, (unsigned long long)a.match_bits,
-                     (unsigned long long)len, i);
+                     proto::op_name(proto_op(kind)), c.peer.nid, c.peer.pid, a.pt_index,
+                     (unsigned long long)a.match_bits, (unsigned long long)len, i);
     const Md *reporter = c.get_md ? c.get_md : c.put_md;
     if (in_call && (reporter->desc.options & PTLX_MD_COMPLETE_IN_CALL)) return PTLX_DONE;
     if (c.put_md) initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);

@@ -43,6 +43,17 @@ namespace verbs {
 class VerbsWire;
 }
 
+// The request a data operation sends (its trace name on the direct path too).
+inline uint8_t proto_op(TrigKind k) {
+    switch (k) {
+        case TrigKind::Put: return proto::kPut;
+        case TrigKind::Get: return proto::kGet;
+        case TrigKind::Atomic: return proto::kAtomic;
+        case TrigKind::FetchAtomic: return proto::kFetchAtomic;
+        default: return proto::kSwap;
+    }
+}
+
 class Engine {
 public:
     Engine();

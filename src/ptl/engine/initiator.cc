@@ -13,16 +13,6 @@ namespace ptl {
 
 namespace {
 
-uint8_t proto_op(TrigKind k) {
-    switch (k) {
-        case TrigKind::Put: return proto::kPut;
-        case TrigKind::Get: return proto::kGet;
-        case TrigKind::Atomic: return proto::kAtomic;
-        case TrigKind::FetchAtomic: return proto::kFetchAtomic;
-        default: return proto::kSwap;
-    }
-}
-
 // The region's bytes as segments the peer's wire can reach; false if the wire cannot export
 // them (the data then travels inline).
 bool add_segments(Wire &w, PeerId peer, const Region &r, uint64_t off, uint64_t len, bool writable,
