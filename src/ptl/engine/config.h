@@ -21,6 +21,7 @@ struct Config {
     uint32_t shm_cell_size = 256;            // PTL_SHM_CELL_SIZE
     bool notify_drops = false;               // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)
     bool direct = true;                      // PTL_DIRECT: one-sided access without the target's CPU
+    long direct_revoke_ms = 2000;  // PTL_DIRECT_REVOKE_MS: bound on a revocation's wait for RDMA holders
     long eq_grow_max = 1 << 18;              // PTL_EQ_GROW_MAX: events a full EQ may grow to (eq.h)
     long flowctrl_grace_ms = 1000;           // PTL_FLOWCTRL_GRACE_MS: held_messages.h (0: disable at once)
     long liveness_ms = 200;                  // PTL_LIVENESS_MS: how often peers are checked for exit

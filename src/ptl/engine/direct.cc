@@ -46,8 +46,7 @@ void Engine::open_exports() {
 }
 
 bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
-    if (!exports_ || !pt.enabled || e.list != PTL_PRIORITY_LIST || e.auto_unlinked || e.export_slot >= 0)
-        return false;
+    if (!pt.enabled || e.list != PTL_PRIORITY_LIST || e.auto_unlinked) return false;
     const unsigned o = e.opts();
     if (o & (PTL_IOVEC | PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL)) return false;
     if (!(o & (PTL_ME_OP_PUT | PTL_ME_OP_GET)) || e.region.length == 0) return false;
@@ -71,7 +70,13 @@ bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
 }
 
 void Engine::export_entry(Ni *n, Pt &pt, Entry *e) {
-    if (!exportable(*n, pt, *e)) return;
+    const bool shared = exports_ && e->export_slot < 0, remote = rdma_ && e->remote_slot < 0;
+    if ((!shared && !remote) || !exportable(*n, pt, *e)) return;
+    if (shared) export_shared(n, pt, e);
+    if (remote) export_remote(n, pt, e);
+}
+
+void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     uint32_t i = 0;
     while (i < direct::kSlots && export_owner_[i]) ++i;
     if (i == direct::kSlots) return;
@@ -107,6 +112,7 @@ void Engine::export_entry(Ni *n, Pt &pt, Entry *e) {
 }
 
 void Engine::revoke_export(Pt &pt, Entry *e) {
+    if (e->remote_slot >= 0) revoke_remote(&e, 1);  // first: its registration pins the shared pages
     if (e->export_slot < 0) return;
     const uint32_t i = uint32_t(e->export_slot);
     direct::Slot &s = exports_->slots[i];
@@ -140,13 +146,19 @@ void Engine::revoke_export(Pt &pt, Entry *e) {
 }
 
 void Engine::revoke_exports(const Ni *n, ptl_pt_index_t pti, bool whole_ni) {
+    if (rdma_) {  // one round of answers for them all
+        SmallVec<const Entry *, 16> gone;
+        for (const direct::RemoteExport &x : remote_exports_)
+            if (x.entry && x.entry->ni == n && (whole_ni || x.entry->pt == pti)) gone.push_back(x.entry);
+        revoke_remote(gone.data(), gone.size());
+    }
     if (!exports_) return;
     for (Entry *e : export_owner_)
         if (e && e->ni == n && (whole_ni || e->pt == pti)) revoke_export(e->ni->pts[e->pt], e);
 }
 
 void Engine::export_front(Ni *n, Pt &pt, const Entry *removed) {
-    if (!exports_) return;
+    if (!exports_ && !rdma_) return;
     const MatchList &prio = pt.lists[PTL_PRIORITY_LIST];
     if (!n->matching()) {
         if (Entry *f = prio.wildcard.front()) export_entry(n, pt, f);
@@ -199,6 +211,7 @@ void Engine::take_remote_counts() {
 
 void Engine::set_holding(bool holding) {
     if (exports_) exports_->header.holding.store(holding, std::memory_order_release);
+    if (rdma_) rdma_->set_holding(holding);
 }
 
 direct::PeerTable *Engine::peer_table(PeerId p) {
@@ -256,7 +269,11 @@ template <TrigKind kind>
 int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call) {
     // The last peer's table is the common case: every peer that has one passed the checks.
     direct::PeerTable *table = last_table_ && last_table_peer_ == c.peer ? last_table_ : peer_table(c.peer);
-    if (!table) return kNotDirect;
+    if (!table) {
+        if constexpr (kind == TrigKind::Put || kind == TrigKind::Get)
+            if (rdma_) return try_remote_of<kind>(a, c);
+        return kNotDirect;
+    }
     direct::Area *area = table->area();
     Ni *n = c.ni;
     direct::Target &t = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());

@@ -250,6 +250,7 @@ int Engine::open_physical(ptl_pid_t pid) {
     }
 #endif
     pid_lock_fd_ = fd;
+    open_remote();
     if (!trace_ && !cfg_.trace_dir.empty()) {
         trace_ = Trace::open(cfg_.trace_dir, cfg_.trace_mb, &err);
         if (!trace_) report("PTL_TRACE: " + err + "; not tracing");
@@ -279,6 +280,7 @@ void Engine::close_physical() {
     last_table_ = nullptr;
     exports_ = nullptr;
     holding_published_ = false;
+    close_remote();
 #ifdef PTL_HAVE_VERBS
     verbs_.reset();  // sends through tcp_, wakes through shm_
 #endif

@@ -28,6 +28,7 @@
 #include "idle_backoff.h"
 #include "ni.h"
 #include "protocol.h"
+#include "remote_exports.h"
 #include "trace.h"
 #include "triggered.h"
 
@@ -256,6 +257,7 @@ private:
     void open_exports();
     bool exportable(const Ni &n, const Pt &pt, const Entry &e) const;
     void export_entry(Ni *n, Pt &pt, Entry *e);
+    void export_shared(Ni *n, Pt &pt, Entry *e);
     // Returns once no peer is inside the entry's memory or can enter it.
     void revoke_export(Pt &pt, Entry *e);
     void revoke_exports(const Ni *n, ptl_pt_index_t pti, bool whole_ni);
@@ -279,6 +281,20 @@ private:
     template <TrigKind kind>
     int try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call);
     void direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, char *at);
+    // The direct path over RDMA (direct_remote.cc, remote_exports.h).
+    void open_remote();
+    void close_remote();
+    void export_remote(Ni *n, Pt &pt, Entry *e);
+    void add_holder(PeerId p);
+    void send_export_info(PeerId to, uint32_t slot);
+    // Returns once no holder can reach the entries' memory (or PTL_DIRECT_REVOKE_MS passed).
+    void revoke_remote(const Entry *const *entries, size_t count);
+    // While revoke_remote waits: puts every other message off to held_ (true if it did).
+    bool divert_while_revoking(const InMessage &m);
+    void on_direct_control(const InMessage &m, const proto::Header &h);
+    template <TrigKind kind>
+    int try_remote_of(const DataOpArgs &a, const CheckedOp &c);
+    void on_remote_done(uint64_t cookie, bool ok);
     // The initiator's event and count of an operation; inline so that an MD with neither (most
     // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
@@ -368,6 +384,17 @@ private:
     PeerId last_table_peer_{};
     direct::PeerTable *last_table_ = nullptr;
     bool holding_published_ = false;
+    // The direct path over RDMA: the wire, our exports by slot and who holds them (owner
+    // side), what peers exported to us and our operations in flight (initiator side).
+    Wire *rdma_ = nullptr;
+    std::vector<direct::RemoteExport> remote_exports_;
+    std::vector<PeerId> holders_;
+    std::vector<uint32_t> acks_owed_;  // by holder, while revoke_remote waits
+    uint64_t revoke_round_ = 0;
+    bool revoking_ = false;
+    std::unordered_map<PeerId, direct::RemotePeer, PeerIdHash> remote_peers_;
+    std::vector<direct::RemoteOpRef> remote_ops_;  // by the wire's cookie
+    std::vector<uint32_t> free_remote_ops_;
     // PTL_TRACE; null otherwise, and read as such on every path. Kept from the first open of the
     // physical NI to the end of the process: a process that closes and reopens it (UCX does)
     // keeps one file.

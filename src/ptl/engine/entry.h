@@ -31,6 +31,8 @@ struct Entry {
     bool exact = false;         // indexed by match bits (no ignore bits)
     bool auto_unlinked = false; // left the list by itself; handle still answers PTL_IN_USE
     int32_t export_slot = -1;   // reachable by peers without us (direct_exports.h)
+    int32_t remote_slot = -1;   // reachable by RDMA without us (remote_exports.h)
+    bool exported() const { return export_slot >= 0 || remote_slot >= 0; }
     IHook hook;
 
     unsigned opts() const { return desc.options; }

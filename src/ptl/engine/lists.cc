@@ -182,7 +182,7 @@ int Engine::unlink(uint32_t h, bool is_me) {
     if (e->auto_unlinked || e->uh_count) return PTL_IN_USE;  // U4, L12
     PTL_TRACE(trace_.get(), "ni%u pt %u unlink %s 0x%x", n->index, e->pt, is_me ? "me" : "le", h);
     Pt &pt = n->pts[e->pt];
-    const bool was_exported = e->export_slot >= 0;
+    const bool was_exported = e->exported();
     revoke_export(pt, e);  // no peer's access lands once we return (issue 32)
     pt.lists[e->list].remove(e);
     if (was_exported) export_front(n, pt, e);

@@ -16,11 +16,16 @@ enum Op : uint8_t {
     kSwap = 5,
     kAck = 6,    // response to put/atomic: ack requested, or rendezvous data pulled
     kReply = 7,  // response to get/fetch/swap; inline data or already written by bulk
-    kOpLast = 7,
+    // The direct path over RDMA (direct_remote.cc): between engines, about exported entries.
+    kExportInfo = 8,  // one exported entry (fields below)
+    kRevoke = 9,      // forget an exported entry; answer kRevoked once nothing of ours is in flight
+    kRevoked = 10,
+    kOpLast = 10,
 };
 
 inline const char *op_name(uint8_t op) {
-    static const char *const names[] = {"?", "put", "get", "atomic", "fetch-atomic", "swap", "ack", "reply"};
+    static const char *const names[] = {"?",   "put",   "get",         "atomic", "fetch-atomic", "swap",
+                                        "ack", "reply", "export-info", "revoke", "revoked"};
     return op <= kOpLast ? names[op] : "?";
 }
 
@@ -53,6 +58,11 @@ struct Header {
     uint64_t op_id;          // the initiator's operation, echoed in responses
 };
 static_assert(sizeof(Header) == 72);
+
+// kExportInfo carries an exported entry in the request fields: ni_index, pt_index, match_bits,
+// uid; atomic_type 1 for an ME; remote_offset its address, length its length, hdr_data the
+// wire's key, mlength its options; op_id its slot (high half) and generation (low half).
+// kRevoke and kRevoked carry the slot and generation in op_id, the revocation round in hdr_data.
 
 // Rendezvous puts and bulk-reply gets carry their memory as segments after the operand.
 struct Segment {

@@ -101,6 +101,8 @@ void Engine::count_malformed(uint64_t amount) {
 }
 
 void Engine::handle_message(const InMessage &m) {
+    if (revoking_ && divert_while_revoking(m)) [[unlikely]]
+        return;
     if (!held_.empty() && carries_request(m)) {  // requests keep their arrival order
         if (trace_) [[unlikely]] {
             proto::Header h;
@@ -203,6 +205,10 @@ void Engine::process_message(const InMessage &m) {
         return;
     }
     std::memcpy(&h, m.header, sizeof h);
+    if (h.op >= proto::kExportInfo && h.op <= proto::kRevoked && h.ni_index < 4) [[unlikely]] {
+        on_direct_control(m, h);  // between engines, for no NI in particular
+        return;
+    }
     Ni *n = h.ni_index < 4 ? nis_[h.ni_index] : nullptr;
     if (h.op == 0 || h.op > proto::kOpLast || h.ni_index >= 4 || h.operand_len > 32 ||
         h.operand_len > m.payload_len) {

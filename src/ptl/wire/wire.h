@@ -86,6 +86,37 @@ public:
 
     // Whether the peer process is known to have gone away.
     virtual bool peer_dead(PeerId) { return false; }
+
+    // One-sided access to memory a peer registered for it (the direct path over RDMA: the
+    // peer's CPU takes no part). Wires without it keep these defaults.
+    //
+    // Registers [addr, addr + len) for peers' reads (and writes if `writable`) until
+    // remote_deregister(*handle) returns, after which no access lands; fills the key peers
+    // name it by.
+    virtual bool remote_register(void *, size_t, bool, uint64_t *, uint64_t *) { return false; }
+    virtual void remote_deregister(uint64_t) {}
+    // Whether remote_access to the peer can be posted now.
+    virtual bool has_remote_access(PeerId) const { return false; }
+    // Posts a read of the peer's [remote_addr, +len) into `local`, or a write of `local` there;
+    // ordered after every message sent to the peer before it and before every message sent
+    // after it. Completion (the data placed at both ends) is reported with `cookie` to the
+    // handler given to set_remote_done, from progress. False: not posted (take the message
+    // path). `must_copy`: `local` may change once the call returns (PTL_MD_VOLATILE).
+    virtual bool remote_access(PeerId, bool, void *, size_t, uint64_t, uint64_t, uint64_t, bool) {
+        return false;
+    }
+    using RemoteDone = std::function<void(uint64_t cookie, bool ok)>;
+    virtual void set_remote_done(RemoteDone) {}
+    // Whether the peer's engine has handled every message we sent it (not merely received):
+    // a direct operation may not overtake one.
+    virtual bool peer_handled_all(PeerId) { return false; }
+    // The engine holds messages back (held_messages.h): what it received is not yet handled.
+    virtual void set_holding(bool) {}
+    // The peer needs prompt word of what we handled (it has our exports): told as soon as
+    // its messages run out, not only in batches.
+    virtual void report_handled_promptly(PeerId) {}
+    // Called with each peer whose connection to us the wire accepts (it may reach us now).
+    virtual void set_peer_connected(std::function<void(PeerId)>) {}
 };
 
 }  // namespace ptl

@@ -33,8 +33,15 @@ constexpr int kPollBatch = 32;
 
 constexpr uint32_t kBulkWindow = 16;     // RDMA reads/writes of one transfer in flight
 constexpr size_t kBulkChunk = 1u << 20;  // bytes per RDMA work request
+constexpr uint32_t kRemoteWindow = 32;   // one-sided operations in flight per connection
+constexpr size_t kRemoteMax = 1u << 30;  // bytes of one one-sided operation
 
-enum WrKind : uint64_t { kTxSend = 0, kCreditRecv = 1, kRx = 2, kCreditSend = 3, kBulk = 4 };
+// A credit return's immediate: the count of buffers consumed, and whether the engine holds
+// messages back (then consumed is not handled).
+constexpr uint32_t kHoldingBit = 0x80000000u;
+constexpr uint32_t kConsumedMask = 0x7fffffffu;
+
+enum WrKind : uint64_t { kTxSend = 0, kCreditRecv = 1, kRx = 2, kCreditSend = 3, kBulk = 4, kRemote = 5 };
 
 uint64_t wr_id(WrKind k, uint32_t conn, uint32_t slot) {
     return uint64_t(k) << 60 | uint64_t(conn & 0x0fffffff) << 32 | slot;
@@ -133,6 +140,8 @@ VerbsWire::~VerbsWire() {
     }
     for (Export *e : exports_) delete e;
     exports_.clear();
+    for (RemoteOp &op : remote_ops_)
+        if (op.region) cache_->release(op.region);
     cache_.reset();
     out_by_id_.clear();
     in_by_id_.clear();
@@ -181,9 +190,9 @@ VerbsWire::OutConn *VerbsWire::out_conn(PeerId to) {
     c->epoch = epoch_seed_ ^ c->id;
     c->started_ns = monotonic_ns();
     std::string err;
-    if (!reserve_cq(tx_depth_ + kCreditRecvs + 4)) {
+    if (!reserve_cq(tx_depth_ + kCreditRecvs + kRemoteWindow + 4)) {
         c->state = State::OverControl;
-    } else if (!(c->qp = dev_->create_qp(cq_, tx_depth_ + 4, kCreditRecvs, &err))) {
+    } else if (!(c->qp = dev_->create_qp(cq_, tx_depth_ + kRemoteWindow + 4, kCreditRecvs, &err))) {
         c->state = State::OverControl;
     } else {
         for (uint32_t i = 0; i < kCreditRecvs; ++i) post_credit_rx(*c);
@@ -277,8 +286,10 @@ void VerbsWire::hold_slot(OutConn &c, size_t len) {
     wr.num_sge = 1;
     wr.opcode = IBV_WR_SEND;
     const uint32_t every = std::max<uint32_t>(1, tx_depth_ / 4);
+    // After an RDMA read the QP may start later requests before the read's data is read.
     wr.send_flags = (c.tx_head % every == every - 1 ? IBV_SEND_SIGNALED : 0) |
-                    (len <= dev_->max_inline_data() ? IBV_SEND_INLINE : 0);
+                    (len <= dev_->max_inline_data() ? IBV_SEND_INLINE : 0) |
+                    (c.remote_reads ? IBV_SEND_FENCE : 0);
     ++c.held;
     ++c.tx_head;
     --c.credits;
@@ -345,7 +356,7 @@ void VerbsWire::on_accept(PeerId from, const ControlMsg &m) {
     remote.lid = m.lid;
     std::memcpy(remote.gid, m.gid, 16);
     c.buf_size = std::max<uint32_t>(256, m.buf_size);
-    c.credits = m.rx_depth;
+    c.credits = c.peer_rx_depth = m.rx_depth;
     c.tx.reset(new char[size_t(tx_depth_) * c.buf_size]);
     c.tx_mr = ibv_reg_mr(dev_->pd(), c.tx.get(), size_t(tx_depth_) * c.buf_size, IBV_ACCESS_LOCAL_WRITE);
     std::string err;
@@ -400,6 +411,7 @@ void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
     if (auto it = in_.find(from); it != in_.end()) {
         if (it->second->epoch == m.epoch) return;  // a duplicate
         in_by_id_.erase(it->second->id);           // the peer reconnects: a new process or QP
+        std::erase(owing_, it->second.get());
         in_.erase(it);
     }
     auto c = std::make_unique<InConn>();
@@ -436,6 +448,7 @@ void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
     in_by_id_[c->id] = c.get();
     in_[from] = std::move(c);
     control_->send(from, &a, sizeof a, nullptr, 0);
+    if (peer_connected_) peer_connected_(from);
 }
 
 void VerbsWire::post_rx(InConn &c, uint32_t slot) {
@@ -450,14 +463,15 @@ void VerbsWire::post_rx(InConn &c, uint32_t slot) {
 
 // Returned in quarters of the buffers: a sender with no credits left has rx_depth
 // unreturned, so a receiver that keeps consuming always owes it a return.
-void VerbsWire::return_credits(InConn &c) {
+// `now`: whatever is owed, even nothing (a change of holding_ is news too).
+void VerbsWire::return_credits(InConn &c, bool now) {
     const uint32_t owed = c.consumed - c.returned;
-    if (owed < std::max<uint32_t>(1, cfg_.rx_depth / 4) || c.credit_sends >= kCreditSends) return;
+    if ((!now && owed < std::max<uint32_t>(1, cfg_.rx_depth / 4)) || c.credit_sends >= kCreditSends) return;
     ibv_send_wr wr{}, *bad = nullptr;
     wr.wr_id = wr_id(kCreditSend, c.id, 0);
     wr.opcode = IBV_WR_SEND_WITH_IMM;
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl(c.consumed);
+    wr.imm_data = htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0));
     wr.num_sge = 0;
     if (ibv_post_send(c.qp, &wr, &bad) != 0) {
         c.failed = true;
@@ -517,11 +531,34 @@ void VerbsWire::on_receive(InConn &c, uint32_t slot, uint32_t len, const Message
     post_rx(c, slot);
     ++c.consumed;
     return_credits(c);
+    if (c.prompt && !c.owing && c.consumed != c.returned) {
+        c.owing = true;
+        owing_.push_back(&c);
+    }
+}
+
+// A peer that reaches our memory directly learns that we handled its messages when they run
+// out, not a quarter of the buffers later: until then it may not go direct (ordering).
+void VerbsWire::return_owed_credits() {
+    std::vector<InConn *> list;
+    list.swap(owing_);
+    for (InConn *c : list) {
+        c->owing = false;
+        if (c->consumed != c->returned) return_credits(*c, true);
+        if (c->consumed != c->returned) {  // no send free: at the next progress
+            c->owing = true;
+            owing_.push_back(c);
+        }
+    }
 }
 
 int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
     const WrKind kind = kind_of(wc.wr_id);
     if (kind == kBulk) return 0;  // of a transfer that gave up waiting
+    if (kind == kRemote) {
+        remote_done(wc);
+        return 1;
+    }
     const uint32_t id = conn_of(wc.wr_id);
     if (kind == kTxSend || kind == kCreditRecv) {
         auto it = out_by_id_.find(id);
@@ -534,9 +571,10 @@ int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
         if (kind == kTxSend) {
             c.tx_tail = slot_of(wc.wr_id) + 1;  // and every unsignaled send before it
         } else {
-            const uint32_t consumed = ntohl(wc.imm_data);
-            c.credits += consumed - c.peer_consumed;
+            const uint32_t imm = ntohl(wc.imm_data), consumed = imm & kConsumedMask;
+            c.credits += (consumed - c.peer_consumed) & kConsumedMask;
             c.peer_consumed = consumed;
+            c.peer_holding = (imm & kHoldingBit) != 0;
             post_credit_rx(c);
         }
         drain(c);
@@ -556,6 +594,25 @@ int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
     return 1;
 }
 
+void VerbsWire::remote_done(const ibv_wc &wc) {
+    const uint32_t slot = slot_of(wc.wr_id);
+    if (slot >= remote_ops_.size()) return;
+    const RemoteOp op = remote_ops_[slot];
+    remote_ops_[slot] = RemoteOp{};
+    free_remote_ops_.push_back(slot);
+    if (op.region) cache_->release(op.region);
+    const bool ok = wc.status == IBV_WC_SUCCESS;
+    if (auto it = out_by_id_.find(op.conn); it != out_by_id_.end()) {
+        OutConn &c = *it->second;
+        --c.remote_ops;
+        if (op.read) --c.remote_reads;
+        // A bad key (the peer revoked the memory before we knew) breaks the QP: the peer is
+        // lost to us, as after any failed send.
+        if (!ok && c.state != State::Failed) fail_out(c);
+    }
+    if (remote_done_) remote_done_(op.cookie, ok);
+}
+
 // Completions are handled in the order the CQ gave them: a receive handler may start a bulk
 // transfer, which stashes the completions it meets; those are newer than the rest of the
 // batch in hand, so that rest goes in front of them, and the stash is emptied before the CQ
@@ -570,6 +627,8 @@ int VerbsWire::drain_stash(const MessageHandler &handler) {
     return work;
 }
 
+// Every completion goes through stashed_, oldest first: a handler that calls progress again
+// (the engine waiting for peers inside a delivery) continues the same sequence.
 int VerbsWire::progress(const MessageHandler &handler) {
     if (!corked_.empty()) flush_corked();
     int work = drain_stash(handler);
@@ -577,16 +636,11 @@ int VerbsWire::progress(const MessageHandler &handler) {
     for (int round = 0; round < 4; ++round) {
         const int n = ibv_poll_cq(cq_, kPollBatch, wc);
         if (n <= 0) break;
-        for (int i = 0; i < n; ++i) {
-            work += handle_wc(wc[i], handler);
-            if (!stashed_.empty()) {
-                stashed_.insert(stashed_.begin(), wc + i + 1, wc + n);
-                work += drain_stash(handler);
-                break;
-            }
-        }
+        stashed_.insert(stashed_.end(), wc, wc + n);
+        work += drain_stash(handler);
         if (n < kPollBatch) break;
     }
+    if (!owing_.empty()) return_owed_credits();
     if (connecting_) check_timeouts();
     return work;
 }
@@ -728,6 +782,126 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
     reap(true);
     if (!stashed_.empty()) wake_();  // taken from the queue the next progress reads
     return ok;
+}
+
+// ---------------------------------------------------------------------------------------
+// One-sided access
+
+// Not through the registration cache: once remote_deregister returns, the key reaches nothing.
+bool VerbsWire::remote_register(void *addr, size_t len, bool writable, uint64_t *key, uint64_t *handle) {
+    const int access =
+        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE : 0);
+    ibv_mr *mr = ibv_reg_mr(dev_->pd(), addr, len, access);
+    if (!mr) return false;
+    *key = mr->rkey;
+    *handle = reinterpret_cast<uint64_t>(mr);
+    return true;
+}
+
+void VerbsWire::remote_deregister(uint64_t handle) {
+    if (handle) ibv_dereg_mr(reinterpret_cast<ibv_mr *>(handle));
+}
+
+bool VerbsWire::has_remote_access(PeerId to) const {
+    auto it = out_.find(to);
+    return it != out_.end() && it->second->state == State::Ready;
+}
+
+bool VerbsWire::peer_handled_all(PeerId to) {
+    auto it = out_.find(to);
+    if (it == out_.end()) return false;
+    const OutConn &c = *it->second;
+    auto handled = [&] {
+        return c.state == State::Ready && c.backlog.empty() && c.held == 0 && !c.peer_holding &&
+               c.credits == c.peer_rx_depth;
+    };
+    if (handled()) return true;
+    // The answer may be in the queue: an initiator that never waits (PTL_PROGRESS=manual)
+    // would otherwise never learn it.
+    poll_own_completions();
+    return handled();
+}
+
+// Credit returns and one-sided completions concern only what we sent, so they are handled
+// at once, in their order; the rest stays in stashed_, in order, for the next progress.
+void VerbsWire::poll_own_completions() {
+    ibv_wc wc[kPollBatch];
+    const int n = ibv_poll_cq(cq_, kPollBatch, wc);
+    if (n > 0) stashed_.insert(stashed_.end(), wc, wc + n);
+    static const MessageHandler none;
+    for (auto it = stashed_.begin(); it != stashed_.end();) {
+        const WrKind k = kind_of(it->wr_id);
+        if (k != kCreditRecv && k != kRemote) {
+            ++it;
+            continue;
+        }
+        const ibv_wc w = *it;
+        it = stashed_.erase(it);
+        handle_wc(w, none);
+        it = stashed_.begin();  // handle_wc may have stashed more (never erased): start over
+    }
+    if (n > 0 && !stashed_.empty()) wake_();
+}
+
+void VerbsWire::set_holding(bool holding) {
+    if (holding_ == holding) return;
+    holding_ = holding;
+    // The peers that go direct must hear it at once: holding, they wait; released, they may go.
+    for (auto &[peer, c] : in_)
+        if (c->prompt && !c->failed) return_credits(*c, true);
+}
+
+void VerbsWire::report_handled_promptly(PeerId from) {
+    if (auto it = in_.find(from); it != in_.end()) it->second->prompt = true;
+}
+
+bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr,
+                              uint64_t key, uint64_t cookie, bool must_copy) {
+    auto it = out_.find(to);
+    if (it == out_.end() || len > kRemoteMax) return false;
+    OutConn &c = *it->second;
+    if (c.remote_ops >= kRemoteWindow) poll_own_completions();
+    if (c.state != State::Ready || c.remote_ops >= kRemoteWindow) return false;
+    if (c.held && !post_held(c)) {  // deferred sends go first: they were sent before
+        fail_out(c);
+        return false;
+    }
+    const bool inlined = !read && len <= dev_->max_inline_data();
+    if (must_copy && !inlined) return false;
+    RegCache::Region *r = nullptr;
+    ibv_sge sge{reinterpret_cast<uint64_t>(local), uint32_t(len), 0};
+    if (!inlined && len) {
+        if (!(r = cache_->acquire(local, len, read))) return false;
+        sge.lkey = RegCache::lkey(r);
+    }
+    uint32_t slot;
+    if (!free_remote_ops_.empty()) {
+        slot = free_remote_ops_.back();
+        free_remote_ops_.pop_back();
+    } else {
+        slot = uint32_t(remote_ops_.size());
+        remote_ops_.emplace_back();
+    }
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.wr_id = wr_id(kRemote, c.id, slot);
+    wr.sg_list = &sge;
+    wr.num_sge = len ? 1 : 0;
+    wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    wr.send_flags =
+        IBV_SEND_SIGNALED | (inlined ? IBV_SEND_INLINE : 0) | (c.remote_reads ? IBV_SEND_FENCE : 0);
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = uint32_t(key);
+    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+        if (r) cache_->release(r);
+        free_remote_ops_.push_back(slot);
+        return false;
+    }
+    remote_ops_[slot] = RemoteOp{cookie, r, c.id, read};
+    ++c.remote_ops;
+    if (read) ++c.remote_reads;
+    ++rdma_ops_;
+    rdma_bytes_ += len;
+    return true;
 }
 
 // ---------------------------------------------------------------------------------------

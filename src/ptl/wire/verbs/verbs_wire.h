@@ -65,6 +65,19 @@ public:
                        uint64_t *id) override;
     void release_export(uint64_t id) override;
 
+    // One-sided access (the engine's direct path): RDMA reads and writes on the QP our
+    // messages to the peer take, so RC keeps them in order with those messages.
+    bool remote_register(void *addr, size_t len, bool writable, uint64_t *key, uint64_t *handle) override;
+    void remote_deregister(uint64_t handle) override;
+    bool has_remote_access(PeerId to) const override;
+    bool remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr, uint64_t key,
+                       uint64_t cookie, bool must_copy) override;
+    void set_remote_done(RemoteDone done) override { remote_done_ = std::move(done); }
+    bool peer_handled_all(PeerId to) override;
+    void set_holding(bool holding) override;
+    void report_handled_promptly(PeerId from) override;
+    void set_peer_connected(std::function<void(PeerId)> f) override { peer_connected_ = std::move(f); }
+
     // A connection-setup message that arrived over the control wire.
     void on_control(const InMessage &m);
     // The next completion calls `wake` once. Call after deciding to sleep.
@@ -83,7 +96,10 @@ private:
         uint32_t epoch = 0;
         uint64_t started_ns = 0;
         uint32_t credits = 0;
+        uint32_t peer_rx_depth = 0;             // credits when the receiver has handled all we sent
         uint32_t peer_consumed = 0;             // the last count the receiver returned
+        bool peer_holding = false;              // its engine holds messages back (not yet handled)
+        uint32_t remote_ops = 0, remote_reads = 0;  // one-sided operations in flight
         uint32_t buf_size = 0;                  // the receiver's buffers
         uint32_t tx_head = 0, tx_tail = 0;      // sends posted / known complete (counts)
         std::deque<std::vector<char>> backlog;  // whole frames not yet posted, in order
@@ -109,6 +125,8 @@ private:
         std::vector<char> partial;  // a message spanning buffers
         size_t partial_want = 0;
         bool failed = false;
+        bool prompt = false;         // report_handled_promptly
+        bool owing = false;          // in owing_
         std::unique_ptr<char[]> rx;  // rx_depth slots of buf_size bytes
         ibv_mr *rx_mr = nullptr;
         ~InConn();
@@ -133,9 +151,12 @@ private:
     void flush_corked();
     void post_rx(InConn &c, uint32_t slot);
     void post_credit_rx(OutConn &c);
-    void return_credits(InConn &c);
+    void return_credits(InConn &c, bool now = false);
+    void return_owed_credits();
     void on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
     int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
+    void remote_done(const ibv_wc &wc);
+    void poll_own_completions();
     int drain_stash(const MessageHandler &handler);
     void check_timeouts();
     bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
@@ -167,6 +188,19 @@ private:
     std::unordered_set<Export *> exports_;  // handed to the engine, not yet released
     std::vector<OutConn *> corked_;         // connections holding deferred sends
     uint64_t rdma_ops_ = 0, rdma_bytes_ = 0;
+    // One-sided operations in flight, by the slot their work request names.
+    struct RemoteOp {
+        uint64_t cookie = 0;
+        RegCache::Region *region = nullptr;  // our side, unless inlined
+        uint32_t conn = 0;
+        bool read = false;
+    };
+    std::vector<RemoteOp> remote_ops_;
+    std::vector<uint32_t> free_remote_ops_;
+    RemoteDone remote_done_;
+    std::function<void(PeerId)> peer_connected_;
+    bool holding_ = false;
+    std::vector<InConn *> owing_;  // prompt connections that consumed since their last return
 
     std::function<void()> wake_;
     int stop_fd_ = -1;

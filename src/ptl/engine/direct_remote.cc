@@ -1,0 +1,319 @@
+// The direct path over RDMA (DESIGN decision 9, issue 32; protocol in remote_exports.h).
+//
+// Owner side: an entry the direct path may export (exportable, direct.cc) and that has no
+// counting event is registered with the RDMA wire, and every holder hears of it. Revocation
+// (unlink, portal disabled, NI closed) waits for the holders' answers, then deregisters.
+//
+// Initiator side: a put or get to a peer on the RDMA wire, whose entry the peer exported to
+// us, whose permissions and bounds hold, from contiguous memory, while the peer's engine has
+// handled everything we sent it, is an RDMA write or read. Its completion (the data placed at
+// both ends) posts what the target's ACK or REPLY would have: SEND and ACK for a put, REPLY
+// for a get. Atomics and counted entries keep the message path: the target's CPU applies every
+// atomic on an entry, one mechanism whichever path the others took.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "../util/clock.h"
+#ifdef PTL_HAVE_VERBS
+#include "../wire/verbs/verbs_wire.h"
+#endif
+#include "engine.h"
+#include "events.h"
+
+namespace ptl {
+
+namespace {
+
+bool is_direct_control(const InMessage &m) {
+    proto::Header h;
+    if (m.header_len != sizeof h) return false;
+    std::memcpy(&h, m.header, sizeof h);
+    return h.op >= proto::kExportInfo && h.op <= proto::kRevoked;
+}
+
+}  // namespace
+
+void Engine::open_remote() {
+#ifdef PTL_HAVE_VERBS
+    rdma_ = cfg_.direct && verbs_ ? verbs_.get() : nullptr;
+#endif
+    if (!rdma_) return;
+    rdma_->set_remote_done([this](uint64_t cookie, bool ok) { on_remote_done(cookie, ok); });
+    rdma_->set_peer_connected([this](PeerId p) { add_holder(p); });
+}
+
+// A peer that connected to us may reach our memory: it hears of every export from now on.
+// Told at once, while we handle its connection: a target that stops calling in after set-up
+// (PTL_PROGRESS=manual) has pushed its exports by then.
+void Engine::add_holder(PeerId p) {
+    if (std::find(holders_.begin(), holders_.end(), p) == holders_.end()) {
+        holders_.push_back(p);
+        acks_owed_.push_back(0);
+    }
+    rdma_->report_handled_promptly(p);
+    for (uint32_t s = 0; s < remote_exports_.size(); ++s)
+        if (remote_exports_[s].entry) send_export_info(p, s);
+    PTL_TRACE(trace_.get(), "0x%x:%u connected: told of our %zu RDMA exports", p.nid, p.pid,
+              size_t(std::count_if(remote_exports_.begin(), remote_exports_.end(),
+                                   [](const direct::RemoteExport &x) { return x.entry != nullptr; })));
+}
+
+void Engine::close_remote() {
+    for (direct::RemoteExport &x : remote_exports_) {
+        if (!x.entry) continue;
+        rdma_->remote_deregister(x.handle);
+        x.entry->remote_slot = -1;
+        x.entry = nullptr;
+    }
+    remote_exports_.clear();
+    holders_.clear();
+    acks_owed_.clear();
+    remote_peers_.clear();
+    remote_ops_.clear();
+    free_remote_ops_.clear();
+    if (rdma_) {
+        rdma_->set_remote_done(nullptr);
+        rdma_->set_peer_connected(nullptr);
+    }
+    rdma_ = nullptr;
+}
+
+void Engine::export_remote(Ni *n, Pt &pt, Entry *e) {
+    (void)pt;
+    const unsigned o = e->opts();
+    if (e->ct && (o & PTL_ME_EVENT_CT_COMM)) return;  // counts by RDMA: not yet, the message path counts
+    // Registration pins the pages the entry has now: the shm path's adoption, which maps new
+    // ones at the same addresses, must come first.
+    if (exports_ && e->export_slot < 0) return;
+    uint64_t key = 0, handle = 0;
+    if (!rdma_->remote_register(e->region.start, e->region.length, (o & PTL_ME_OP_PUT) != 0, &key, &handle)) {
+        PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported by RDMA: its memory cannot be registered",
+                  n->index, e->pt, e->is_me ? "me" : "le", e->handle);
+        return;
+    }
+    size_t slot = 0;
+    while (slot < remote_exports_.size() && remote_exports_[slot].entry) ++slot;
+    if (slot == remote_exports_.size()) remote_exports_.emplace_back();
+    direct::RemoteExport &x = remote_exports_[slot];
+    x.entry = e;
+    x.handle = handle;
+    x.key = key;
+    ++x.gen;
+    e->remote_slot = int32_t(slot);
+    for (const PeerId &h : holders_) send_export_info(h, uint32_t(slot));
+    PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x exported by RDMA: slot %zu, %zu holders", n->index, e->pt,
+              e->is_me ? "me" : "le", e->handle, slot, holders_.size());
+}
+
+void Engine::send_export_info(PeerId to, uint32_t slot) {
+    const direct::RemoteExport &x = remote_exports_[slot];
+    const Entry &e = *x.entry;
+    proto::Header h{};
+    h.op = proto::kExportInfo;
+    h.ni_index = uint8_t(e.ni->index);
+    h.pt_index = e.pt;
+    h.match_bits = e.is_me ? e.desc.match_bits : 0;
+    h.uid = e.desc.uid;
+    h.atomic_type = e.is_me;
+    h.remote_offset = reinterpret_cast<uint64_t>(e.region.start);
+    h.length = e.region.length;
+    h.hdr_data = x.key;
+    h.mlength = e.opts();
+    h.op_id = uint64_t(slot) << 32 | x.gen;
+    send(to, h, nullptr, 0);
+}
+
+void Engine::revoke_remote(const Entry *const *entries, size_t count) {
+    SmallVec<uint32_t, 8> slots;
+    for (size_t i = 0; i < count; ++i)
+        if (entries[i]->remote_slot >= 0) slots.push_back(uint32_t(entries[i]->remote_slot));
+    if (slots.empty()) return;
+    ++revoke_round_;
+    acks_owed_.assign(holders_.size(), 0);
+    for (size_t i = 0; i < holders_.size(); ++i) {
+        if (peer_gone(holders_[i])) continue;
+        for (uint32_t s : slots) {
+            proto::Header h{};
+            h.op = proto::kRevoke;
+            h.op_id = uint64_t(s) << 32 | remote_exports_[s].gen;
+            h.hdr_data = revoke_round_;
+            if (send(holders_[i], h, nullptr, 0)) ++acks_owed_[i];
+        }
+    }
+    // Messages other than the answers wait in held_ meanwhile (handle_message): we are inside
+    // an API call or a delivery, and they go on in order at the next progress.
+    const uint64_t deadline = monotonic_ns() + uint64_t(cfg_.direct_revoke_ms) * 1000000ull;
+    revoking_ = true;
+    for (;;) {
+        bool owed = false;
+        for (size_t i = 0; i < holders_.size(); ++i) {
+            if (acks_owed_[i] && peer_gone(holders_[i])) acks_owed_[i] = 0;
+            owed = owed || acks_owed_[i];
+        }
+        if (!owed) break;
+        if (monotonic_ns() > deadline) {
+            std::fprintf(stderr,
+                         "portals: a peer holding our RDMA exports did not answer their revocation within "
+                         "PTL_DIRECT_REVOKE_MS=%ld; its next access there fails\n",
+                         cfg_.direct_revoke_ms);
+            break;
+        }
+        rdma_->progress(deliver_);
+    }
+    revoking_ = false;
+    for (uint32_t s : slots) {
+        direct::RemoteExport &x = remote_exports_[s];
+        rdma_->remote_deregister(x.handle);
+        PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x RDMA export revoked: slot %u", x.entry->ni->index,
+                  x.entry->pt, x.entry->is_me ? "me" : "le", x.entry->handle, s);
+        x.entry->remote_slot = -1;
+        x.entry = nullptr;
+        x.handle = 0;
+    }
+}
+
+bool Engine::divert_while_revoking(const InMessage &m) {
+    if (is_direct_control(m)) return false;
+    held_.push(m, 0);
+    if (!holding_published_) {
+        holding_published_ = true;
+        set_holding(true);
+    }
+    return true;
+}
+
+void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
+    // Only over the RDMA wire, whose sender is who the connection says; with PTL_DIRECT=0
+    // nobody is answered, and the asker keeps the message path.
+    if (!rdma_ || m.via != rdma_) return;
+    const uint32_t slot = uint32_t(h.op_id >> 32);
+    switch (h.op) {
+        case proto::kExportInfo: {
+            direct::RemotePeer &rp = remote_peers_[m.from];
+            const direct::RemoteKey key =
+                direct::remote_key(h.ni_index, h.pt_index, h.match_bits, h.atomic_type);
+            if (auto old = rp.by_slot.find(slot); old != rp.by_slot.end()) rp.by_key.erase(old->second);
+            rp.by_key[key] =
+                direct::RemoteTarget{h.remote_offset, h.length, h.hdr_data, uint32_t(h.mlength), h.uid};
+            rp.by_slot[slot] = key;
+            break;
+        }
+        case proto::kRevoke: {
+            if (auto p = remote_peers_.find(m.from); p != remote_peers_.end()) {
+                direct::RemotePeer &rp = p->second;
+                if (auto old = rp.by_slot.find(slot); old != rp.by_slot.end()) {
+                    rp.by_key.erase(old->second);
+                    rp.by_slot.erase(old);
+                }
+            }
+            // Behind every RDMA operation we posted there: once it arrives, none is in flight.
+            proto::Header r{};
+            r.op = proto::kRevoked;
+            r.op_id = h.op_id;
+            r.hdr_data = h.hdr_data;
+            send(m.from, r, nullptr, 0);
+            break;
+        }
+        case proto::kRevoked: {
+            if (h.hdr_data != revoke_round_) break;  // of a revocation that gave up waiting
+            const auto it = std::find(holders_.begin(), holders_.end(), m.from);
+            const size_t i = size_t(it - holders_.begin());
+            if (it != holders_.end() && i < acks_owed_.size() && acks_owed_[i]) --acks_owed_[i];
+            break;
+        }
+        default: break;
+    }
+}
+
+template <TrigKind kind>
+int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
+    static_assert(kind == TrigKind::Put || kind == TrigKind::Get);
+    Wire *w = wire_for(c.peer);
+    if (!w || !w->has_remote_access(c.peer)) return kNotDirect;
+    const auto peer = remote_peers_.find(c.peer);
+    if (peer == remote_peers_.end()) return kNotDirect;
+    const direct::RemotePeer &rp = peer->second;
+    Ni *n = c.ni;
+    const auto it = rp.by_key.find(direct::remote_key(n->index, a.pt_index, a.match_bits, n->matching()));
+    if (it == rp.by_key.end()) return kNotDirect;
+    const direct::RemoteTarget &t = it->second;
+    constexpr bool get = kind == TrigKind::Get;
+    constexpr unsigned need = get ? PTL_ME_OP_GET : PTL_ME_OP_PUT;
+    const uint64_t len = a.length, off = a.remote_offset;
+    // Permissions and truncation are the target's to report: the message path takes them.
+    if ((t.options & need) != need || (t.uid != PTL_UID_ANY && t.uid != uid_) || off > t.length ||
+        len > t.length - off)
+        return kNotDirect;
+    Md *md = get ? c.get_md : c.put_md;
+    char *local = md->region.contiguous_at(get ? c.get_off : c.put_off);
+    if (!local || !w->peer_handled_all(c.peer)) return kNotDirect;
+
+    PendingOp p{};
+    p.op = proto_op(kind);
+    p.put_md = get ? PTL_INVALID_HANDLE : md->handle;
+    p.get_md = get ? md->handle : PTL_INVALID_HANDLE;
+    p.local_get_offset = c.get_off;
+    p.length = len;
+    p.user_ptr = a.user_ptr;
+    p.peer = c.peer;
+    p.ack_req = c.ack_req;
+    p.send_due = !get;  // the buffer is the NIC's until the write completes
+    p.reply_due = get;
+    const uint64_t id = n->pending.add(p);
+    uint32_t cookie;
+    if (!free_remote_ops_.empty()) {
+        cookie = free_remote_ops_.back();
+        free_remote_ops_.pop_back();
+    } else {
+        cookie = uint32_t(remote_ops_.size());
+        remote_ops_.emplace_back();
+    }
+    const bool must_copy = !get && (md->desc.options & PTL_MD_VOLATILE);
+    if (!w->remote_access(c.peer, get, local, len, t.addr + off, t.key, cookie, must_copy)) {
+        PendingOp unused;
+        n->pending.take(id, &unused);
+        free_remote_ops_.push_back(cookie);
+        return kNotDirect;
+    }
+    remote_ops_[cookie] = direct::RemoteOpRef{id, len, off, c.peer, uint8_t(n->index), get, true};
+    ++md->pending;
+    if (trace_) [[unlikely]]
+        trace_->line("ni%u %s -> 0x%x:%u pt %u bits 0x%llx len %llu: direct by RDMA, op %llu", n->index,
+                     proto::op_name(proto_op(kind)), c.peer.nid, c.peer.pid, a.pt_index,
+                     (unsigned long long)a.match_bits, (unsigned long long)len, (unsigned long long)id);
+    return PTL_OK;
+}
+
+template int Engine::try_remote_of<TrigKind::Put>(const DataOpArgs &, const CheckedOp &);
+template int Engine::try_remote_of<TrigKind::Get>(const DataOpArgs &, const CheckedOp &);
+
+// From the RDMA wire's progress, under the lock: what the target's response would have done.
+void Engine::on_remote_done(uint64_t cookie, bool ok) {
+    if (cookie >= remote_ops_.size() || !remote_ops_[cookie].live) return;
+    const direct::RemoteOpRef r = remote_ops_[cookie];
+    remote_ops_[cookie].live = false;
+    free_remote_ops_.push_back(uint32_t(cookie));
+    Ni *n = nis_[r.ni];
+    if (!n) return;
+    if (!ok) {
+        fail_op(n, r.op_id, PTL_NI_UNDELIVERABLE);
+        return;
+    }
+    proto::Header h{};
+    h.op = r.read ? proto::kReply : proto::kAck;
+    h.ni_index = r.ni;
+    h.ni_fail = PTL_NI_OK;
+    h.ptl_list = PTL_PRIORITY_LIST;
+    h.mlength = r.length;
+    h.remote_offset = r.offset;
+    h.op_id = r.op_id;
+    if (r.read) {
+        h.flags = proto::kDataWritten;
+        on_reply(n, r.peer, h, nullptr, 0);
+    } else {
+        on_ack(n, r.peer, h);
+    }
+}
+
+}  // namespace ptl

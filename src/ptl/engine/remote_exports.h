@@ -1,0 +1,80 @@
+// The direct path over RDMA (DESIGN decision 9, issue 32): list entries a process lets peers
+// on other hosts reach by RDMA read and write, without its CPU; the shm wire's shared table
+// (direct_exports.h) has no equivalent across hosts, so the exports travel as messages.
+//
+// Protocol. Every peer whose connection the wire accepts (a holder: it may reach us) is sent
+// one kExportInfo per exported entry then, and another for each later export. Until the
+// information arrives, its operations take the message path. To revoke, the owner sends kRevoke to every
+// holder and waits, bounded by PTL_DIRECT_REVOKE_MS, for each kRevoked: a holder answers
+// after dropping the entry, on the connection its own RDMA operations take, so the answer
+// arrives behind every operation it had in flight. Then the owner deregisters the memory, after
+// which no access can land. A holder too slow to answer in time meets a bad key on its next
+// operation there, which costs it the connection (the wire reports the peer failed).
+//
+// Ordering: an initiator goes direct only while the wire says the target's engine has handled
+// every message it sent there (Wire::peer_handled_all), and RC keeps RDMA operations in order
+// with the messages around them.
+#pragma once
+
+#include <portals4.h>
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "../wire/wire.h"
+
+namespace ptl {
+struct Entry;
+}
+
+namespace ptl::direct {
+
+// Which entry an operation names: (NI, portal, ME or LE) and an ME's match bits.
+struct RemoteKey {
+    uint32_t where;
+    uint64_t bits;
+    bool operator==(const RemoteKey &) const = default;
+};
+struct RemoteKeyHash {
+    size_t operator()(const RemoteKey &k) const {
+        return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
+    }
+};
+inline RemoteKey remote_key(uint32_t ni, uint32_t pt, uint64_t bits, bool is_me) {
+    return {ni << 24 | uint32_t(is_me) << 16 | (pt & 0xffff), is_me ? bits : 0};
+}
+
+// Owner side: one exported entry, by slot.
+struct RemoteExport {
+    Entry *entry = nullptr;  // null: the slot is free
+    uint64_t handle = 0;     // the wire's registration
+    uint64_t key = 0;
+    uint32_t gen = 0;
+};
+
+// Initiator side: one entry a peer exported to us.
+struct RemoteTarget {
+    uint64_t addr = 0;
+    uint64_t length = 0;
+    uint64_t key = 0;
+    uint32_t options = 0;
+    uint32_t uid = 0;
+};
+
+struct RemotePeer {
+    std::unordered_map<RemoteKey, RemoteTarget, RemoteKeyHash> by_key;
+    std::unordered_map<uint32_t, RemoteKey> by_slot;
+};
+
+// A one-sided operation in flight, named by its wire cookie.
+struct RemoteOpRef {
+    uint64_t op_id = 0;  // in its NI's pending table
+    uint64_t length = 0;
+    uint64_t offset = 0;
+    PeerId peer{};
+    uint8_t ni = 0;
+    bool read = false;
+    bool live = false;
+};
+
+}  // namespace ptl::direct
