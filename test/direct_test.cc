@@ -254,6 +254,7 @@ TEST_F(Direct, G10_PutsAndGetsLandWhileTheTargetNeverCallsInAfterMeeting) {
 TEST_F(Direct, U4_NothingLandsOnceTheUnlinkReturns) {
     if (me_) {
         ptl_handle_le_t le = append_heap();
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
         ASSERT_EQ(ptlrt_barrier(), 0);
         EXPECT_TRUE(spin_until([&] { return *word(heap_, 0) > 1000; })) << "the writer never started";
         ASSERT_EQ(PtlLEUnlink(le), PTL_OK);
@@ -264,6 +265,7 @@ TEST_F(Direct, U4_NothingLandsOnceTheUnlinkReturns) {
         return;
     }
     ptl_handle_md_t md = bind_all();
+    ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     std::atomic<bool> stop{false};
     std::thread writer([&] {
@@ -288,6 +290,7 @@ TEST_F(Direct, O6_ADirectPutDoesNotOvertakeAnEarlierMessage) {
     if (me_) {
         append_heap();
         const ptl_handle_le_t h = append_evented(evented, &flag);
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
         ASSERT_EQ(ptlrt_barrier(), 0);
         ASSERT_EQ(ptlrt_barrier(), 0);  // both puts issued
         EXPECT_EQ(*word(heap_, 0), 0) << "the second put overtook the first";
@@ -304,6 +307,7 @@ TEST_F(Direct, O6_ADirectPutDoesNotOvertakeAnEarlierMessage) {
         return;
     }
     ptl_handle_md_t md = bind_all();
+    ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     int64_t one = 1, two = 2;
     ASSERT_EQ(PtlPut(md, ptl_size_t(&one), 8, PTL_NO_ACK_REQ, to(kTarget), evented, 0, 0, nullptr, 0),
@@ -323,6 +327,7 @@ TEST_F(Direct, A10_AViolationIsReportedAsTheTargetReportsIt) {
         const ptl_le_t le =
             le_desc(heap_, kHeap, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE);
         ASSERT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
         ASSERT_EQ(ptlrt_barrier(), 0);
         ptl_sr_value_t v = 0;
         EXPECT_TRUE(spin_until([&] {
@@ -336,6 +341,7 @@ TEST_F(Direct, A10_AViolationIsReportedAsTheTargetReportsIt) {
         return;
     }
     ptl_handle_md_t md = bind_all();
+    ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     int64_t got = 0;
     ASSERT_EQ(PtlGet(md, ptl_size_t(&got), 8, to(kTarget), pt_, 0, 0, nullptr), PTL_OK);
@@ -483,6 +489,7 @@ TEST_F(Direct, F12_F13_NothingLandsWhileThePortalIsDisabled) {
     if (me_) {
         append_heap();
         ASSERT_EQ(PtlPTDisable(ni_, pt_), PTL_OK);
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
         ASSERT_EQ(ptlrt_barrier(), 0);
         ASSERT_EQ(ptlrt_barrier(), 0);  // the initiator's put is done
         EXPECT_EQ(*word(heap_, 0), 0) << "a put landed in a disabled portal";
@@ -497,6 +504,7 @@ TEST_F(Direct, F12_F13_NothingLandsWhileThePortalIsDisabled) {
         return;
     }
     ptl_handle_md_t md = bind_all();
+    ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     int64_t one = 1, two = 2;
     ASSERT_EQ(PtlPut(md, ptl_size_t(&one), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);

@@ -3,8 +3,9 @@
 # four hosts there with a soft-RoCE device each (contrib/guest-rxe-hosts.sh) and runs the
 # multi-host suite (test/run_multihost.sh) in it, so every process on another host is reached
 # over RDMA: the multi-process suite, peer failure (a killed peer, a silent host), ucx_perftest
-# over UCX_TLS=portals, mpirun/oshrun/Hydra jobs. Then checks that each device carried RDMA
-# traffic, so a silent fallback to tcp fails the test.
+# over UCX_TLS=portals, mpirun/oshrun/Hydra jobs; the direct path's suite (test/direct_test.cc)
+# with the target on another host, where puts and gets are RDMA writes and reads. Then checks
+# that each device carried RDMA traffic, so a silent fallback to tcp fails the test.
 #   test/run_verbs_guest.sh [BUILD_DIR]   (default: _build)
 # Exit status 77 (skipped) where no virtual machine can run.
 set -eu
@@ -23,6 +24,10 @@ export abs_top_builddir=$build PTL_TEST_HOSTS=4 PTL_TEST_LAUNCH_TIMEOUT=900
 export PTL_TEST_OMPI_FLAGS="--mca orte_base_help_aggregate 0"
 $top/contrib/guest-rxe-hosts.sh 4 sh -c '
   $top/test/run_multihost.sh || exit 1
+  set -- \$NETNS_HOSTS
+  echo "== PTL_PROGRESS=manual direct_tests, 2 ranks on 2 hosts: puts and gets land by RDMA while the target never calls in"
+  NETNS_HOSTS="\$1 \$2" PTL_PROGRESS=manual $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh \
+    $build/test/direct_tests --gtest_brief=1 --gtest_filter="*AfterMeeting*:*O6_*:*A10_*:*F12_*:*U4_*" || exit 1
   echo "== RDMA traffic per device"
   rdma statistic show | sed -n "s/^link \([^ ]*\) .* rdma_sends \([0-9]*\) rdma_recvs \([0-9]*\).*/\1 \2 \3/p" > /tmp/rdma.stats
   cat /tmp/rdma.stats

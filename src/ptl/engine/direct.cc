@@ -150,7 +150,7 @@ void Engine::revoke_exports(const Ni *n, ptl_pt_index_t pti, bool whole_ni) {
         SmallVec<const Entry *, 16> gone;
         for (const direct::RemoteExport &x : remote_exports_)
             if (x.entry && x.entry->ni == n && (whole_ni || x.entry->pt == pti)) gone.push_back(x.entry);
-        revoke_remote(gone.data(), gone.size());
+        revoke_remote(gone.data(), gone.size(), !whole_ni);
     }
     if (!exports_) return;
     for (Entry *e : export_owner_)

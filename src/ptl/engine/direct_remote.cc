@@ -124,7 +124,7 @@ void Engine::send_export_info(PeerId to, uint32_t slot) {
     send(to, h, nullptr, 0);
 }
 
-void Engine::revoke_remote(const Entry *const *entries, size_t count) {
+void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait) {
     SmallVec<uint32_t, 8> slots;
     for (size_t i = 0; i < count; ++i)
         if (entries[i]->remote_slot >= 0) slots.push_back(uint32_t(entries[i]->remote_slot));
@@ -145,7 +145,7 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count) {
     // an API call or a delivery, and they go on in order at the next progress.
     const uint64_t deadline = monotonic_ns() + uint64_t(cfg_.direct_revoke_ms) * 1000000ull;
     revoking_ = true;
-    for (;;) {
+    while (wait) {
         bool owed = false;
         for (size_t i = 0; i < holders_.size(); ++i) {
             if (acks_owed_[i] && peer_gone(holders_[i])) acks_owed_[i] = 0;
@@ -248,6 +248,16 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
     Md *md = get ? c.get_md : c.put_md;
     char *local = md->region.contiguous_at(get ? c.get_off : c.put_off);
     if (!local || !w->peer_handled_all(c.peer)) return kNotDirect;
+    // A small put nobody acknowledges is copied by the wire and done, as a message would be.
+    if (!get && c.ack_req == PTL_NO_ACK_REQ && len <= w->remote_inline(c.peer)) {
+        if (!w->remote_access(c.peer, false, local, len, t.addr + off, t.key, kNoCookie, true)) return kNotDirect;
+        initiator_event(md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);
+        if (trace_) [[unlikely]]
+            trace_->line("ni%u put -> 0x%x:%u pt %u bits 0x%llx len %llu: direct by RDMA, inline", n->index,
+                         c.peer.nid, c.peer.pid, a.pt_index, (unsigned long long)a.match_bits,
+                         (unsigned long long)len);
+        return PTL_OK;
+    }
 
     PendingOp p{};
     p.op = proto_op(kind);

@@ -632,6 +632,7 @@ int Engine::md_release(ptl_handle_md_t h) {
     Lock lk(mu_);
     Md *m = md_of(h);
     if (!m) return PTL_ARG_INVALID;
+    if (m->pending && rdma_) rdma_->reap_remote();  // one-sided operations complete without progress
     if (m->pending) return PTL_IN_USE;  // a SEND or REPLY is still due (I-list 19)
     m->ni->mds.remove(split_handle(h).slot);
     return PTL_OK;

@@ -288,7 +288,9 @@ private:
     void add_holder(PeerId p);
     void send_export_info(PeerId to, uint32_t slot);
     // Returns once no holder can reach the entries' memory (or PTL_DIRECT_REVOKE_MS passed).
-    void revoke_remote(const Entry *const *entries, size_t count);
+    // `wait` false (the NI closes): holders still told, late accesses fail their connection.
+    void revoke_remote(const Entry *const *entries, size_t count, bool wait = true);
+    static constexpr uint64_t kNoCookie = ~uint64_t(0);  // a one-sided operation nobody waits for
     // While revoke_remote waits: puts every other message off to held_ (true if it did).
     bool divert_while_revoking(const InMessage &m);
     void on_direct_control(const InMessage &m, const proto::Header &h);

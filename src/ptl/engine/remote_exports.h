@@ -9,7 +9,8 @@
 // after dropping the entry, on the connection its own RDMA operations take, so the answer
 // arrives behind every operation it had in flight. Then the owner deregisters the memory, after
 // which no access can land. A holder too slow to answer in time meets a bad key on its next
-// operation there, which costs it the connection (the wire reports the peer failed).
+// operation there, which costs it the connection (the wire reports the peer failed). Closing an
+// NI does not wait: nothing may reach a closed NI, and its holders are usually closing too.
 //
 // Ordering: an initiator goes direct only while the wire says the target's engine has handled
 // every message it sent there (Wire::peer_handled_all), and RC keeps RDMA operations in order

@@ -106,6 +106,10 @@ public:
         return false;
     }
     using RemoteDone = std::function<void(uint64_t cookie, bool ok)>;
+    // Writes up to this size are copied in the call (`local` is free at once).
+    virtual size_t remote_inline(PeerId) const { return 0; }
+    // Reports the completions of one-sided operations that are already in (see RemoteDone).
+    virtual void reap_remote() {}
     virtual void set_remote_done(RemoteDone) {}
     // Whether the peer's engine has handled every message we sent it (not merely received):
     // a direct operation may not overtake one.

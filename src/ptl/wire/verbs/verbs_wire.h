@@ -73,6 +73,8 @@ public:
     bool remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr, uint64_t key,
                        uint64_t cookie, bool must_copy) override;
     void set_remote_done(RemoteDone done) override { remote_done_ = std::move(done); }
+    size_t remote_inline(PeerId to) const override { return has_remote_access(to) ? dev_->max_inline_data() : 0; }
+    void reap_remote() override { poll_own_completions(); }
     bool peer_handled_all(PeerId to) override;
     void set_holding(bool holding) override;
     void report_handled_promptly(PeerId from) override;
