@@ -8,7 +8,8 @@
 # read the ratios, which come from one run ("vs rc": latency rc/ours, bandwidth and rate
 # ours/rc; > 1 means portals wins).
 #   bench/verbs_matrix.sh [BUILD_DIR] > bench/verbs_report.txt
-# BENCH_QUICK=1 runs a tenth of the iterations (a smoke run, not a measurement).
+# BENCH_QUICK=1 runs a tenth of the iterations (a smoke run, not a measurement);
+# PORTALS_UCX_BENCH_SECTION=rma only the one-sided rows (UCT put/get/fetch-add latency: the direct path).
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/_build}" && pwd)
@@ -113,6 +114,18 @@ echo "# command: bench/verbs_matrix.sh > bench/verbs_report.txt"
 echo
 printf "%-30s %11s %11s %11s %11s %8s %8s\n" "test (unit)" "portals" "rc_verbs" "ud_verbs" "portals" "vs rc" "vs tcp"
 printf "%-30s %11s %11s %11s %11s\n" "" "verbs wire" "" "" "tcp wire"
+# One-sided operations: over the verbs wire a put or get to a registered region is an RDMA
+# write or read without the target's CPU (the direct path); a fetch-add is a message the
+# target's engine answers.
+rma_rows() {
+  row uct "UCT put_lat 8B (us)" lat 4000 -t put_lat -s 8
+  row uct "UCT get_lat 8B bcopy (us)" lat 4000 -t get -D bcopy -s 8
+  row uct "UCT fadd_lat 8B (us)" lat 4000 -t fadd -s 8
+}
+if [ "${PORTALS_UCX_BENCH_SECTION:-all}" = rma ]; then
+  rma_rows
+  exit 0
+fi
 pv=$(pingpong verbs)
 pt=$(pingpong tcp)
 pp() { echo "$1" | awk -v k="$2" '$1 == k {print $2; found=1} END {if (!found) print "n/a"}'; }
@@ -123,6 +136,7 @@ print_row "libportals4 put 8B (Mmsg/s)" rate "$(pp "$pv" msg_rate_8B_Mmsgs)" - -
 row uct "UCT am_lat 8B (us)" lat 4000 -t am_lat -s 8
 row uct "UCT am_bw 8B (Mmsg/s)" rate 20000 -t am_bw -s 8
 row uct "UCT put_bw 64KiB zcopy (MB/s)" bw 500 -t put_bw -s 65536 -D zcopy
+rma_rows
 row ucp "UCP tag_lat 8B (us)" lat 4000 -t tag_lat -s 8
 row ucp "UCP tag_bw 8B (Mmsg/s)" rate 20000 -t tag_bw -s 8
 row ucp "UCP tag_bw 1MiB (MB/s)" bw 100 -t tag_bw -s 1048576
