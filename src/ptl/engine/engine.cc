@@ -251,6 +251,11 @@ int Engine::open_physical(ptl_pid_t pid) {
 #endif
     pid_lock_fd_ = fd;
     open_remote();
+#ifdef PTL_HAVE_VERBS
+    // A system call per poll for the few messages tcp still carries would cost RDMA polls
+    // their latency (an emulated guest: 10-20 us each).
+    if (verbs_ && tcp_) tcp_->set_setup_only(true);
+#endif
     if (!trace_ && !cfg_.trace_dir.empty()) {
         trace_ = Trace::open(cfg_.trace_dir, cfg_.trace_mb, &err);
         if (!trace_) report("PTL_TRACE: " + err + "; not tracing");

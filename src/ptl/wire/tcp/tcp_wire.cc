@@ -494,12 +494,13 @@ int TcpWire::progress(const MessageHandler &handler) {
 
 int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
     if (!corked_.empty()) flush_deferred();
-    if (conns_.empty()) {  // only idle polls are rationed
+    if (conns_.empty() || (setup_only_ && last_poll_idle_)) {  // only idle polls are rationed
         if (now_ns - last_idle_poll_ns_ < kIdlePollNs) return 0;
         last_idle_poll_ns_ = now_ns;
     }
     epoll_event evs[64];
     const int n = epoll_wait(epfd_, evs, 64, 0);
+    last_poll_idle_ = n <= 0;
     int work = 0;
     for (int i = 0; i < n; ++i) {
         const int fd = int(uint32_t(evs[i].data.u64));

@@ -50,6 +50,9 @@ public:
 
     // The next readiness of any socket calls `wake` once. Call after deciding to sleep.
     void arm_wakeup();
+    // Another wire carries the data (verbs): this one sets up its connections and reaches the
+    // peers without it, so a poll that finds nothing is not repeated for kIdlePollNs.
+    void set_setup_only(bool on) { setup_only_ = on; }
     // Frames dropped as malformed since the last call (a bad stream also loses its connection).
     uint64_t take_malformed();
     // No connection, nothing corked: a progress would only look for new connections.
@@ -115,6 +118,8 @@ private:
     uint32_t next_serial_ = 1;
     uint64_t malformed_ = 0;
     uint64_t last_idle_poll_ns_ = 0;
+    bool setup_only_ = false;
+    bool last_poll_idle_ = false;
 
     std::function<void()> wake_;
     int watch_epfd_ = -1;
