@@ -102,7 +102,7 @@ protected:
     // on the way.
     void meet() {
         ptl_pt_index_t pt;
-        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 7, &pt), PTL_OK);
+        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, 12, &pt), PTL_OK);  // an index no test uses
         int64_t box = 0, one = 1;
         ptl_handle_le_t le = append_evented(pt, &box);
         ptl_handle_eq_t acks;
@@ -422,6 +422,7 @@ TEST_F(Direct, C5_TR1_CountedPutsAreCountedOnceAndFireTriggersWhileTheTargetNeve
         ASSERT_EQ(PtlTriggeredPut(md, ptl_size_t(&done_word), 8, PTL_NO_ACK_REQ, to(kInitiator), pt_, 0, 0,
                                   nullptr, 0, ct, kPuts),
                   PTL_OK);
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
         ASSERT_EQ(ptlrt_barrier(), 0);
         ASSERT_EQ(ptlrt_barrier(), 0);  // all puts issued; no Portals call of ours since set-up
         EXPECT_EQ(std::memcmp(static_cast<char *>(heap_) + 8 * (kPuts - 1), "sixteen ", 8), 0)
@@ -443,6 +444,7 @@ TEST_F(Direct, C5_TR1_CountedPutsAreCountedOnceAndFireTriggersWhileTheTargetNeve
     }
     append_heap();  // where the target's triggered put lands
     ptl_handle_md_t md = bind_all();
+    ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     char src[16] = "sixteen bytes..";
     for (int i = 0; i < kPuts; ++i) {

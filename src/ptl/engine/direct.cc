@@ -193,6 +193,7 @@ int32_t Engine::remote_counter(Ct *c) {
 }
 
 void Engine::release_remote_counter(Ct *c) {
+    release_nic_counter(c);
     if (!exports_ || c->remote_slot < 0) return;
     for (Entry *e : export_owner_)
         if (e && e->ct == c) revoke_export(e->ni->pts[e->pt], e);

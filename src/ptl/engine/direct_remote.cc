@@ -40,6 +40,14 @@ void Engine::open_remote() {
 #endif
     if (!rdma_) return;
     rdma_->set_remote_done([this](uint64_t cookie, bool ok) { on_remote_done(cookie, ok); });
+    // Without device atomics, entries that count keep the message path.
+    if (rdma_->remote_counts()) {
+        nic_counts_.reset(new std::atomic<uint64_t>[direct::kCounters]());
+        if (!rdma_->remote_register(nic_counts_.get(), direct::kCounters * sizeof(uint64_t), true, true,
+                                    &nic_counts_key_, &nic_counts_handle_))
+            nic_counts_.reset();
+        nic_owner_.assign(direct::kCounters, nullptr);
+    }
     rdma_->set_peer_connected([this](PeerId p) { add_holder(p); });
 }
 
@@ -67,6 +75,10 @@ void Engine::close_remote() {
         x.entry = nullptr;
     }
     remote_exports_.clear();
+    for (Ct *c : std::vector<Ct *>(nic_cts_)) release_nic_counter(c);
+    if (nic_counts_) rdma_->remote_deregister(nic_counts_handle_);
+    nic_counts_.reset();
+    nic_owner_.clear();
     holders_.clear();
     acks_owed_.clear();
     remote_peers_.clear();
@@ -82,12 +94,16 @@ void Engine::close_remote() {
 void Engine::export_remote(Ni *n, Pt &pt, Entry *e) {
     (void)pt;
     const unsigned o = e->opts();
-    if (e->ct && (o & PTL_ME_EVENT_CT_COMM)) return;  // counts by RDMA: not yet, the message path counts
+    const bool counted = e->ct && (o & PTL_ME_EVENT_CT_COMM);
+    if (counted && (!nic_counts_ || (e->ct->nic_slot < 0 && std::find(nic_owner_.begin(), nic_owner_.end(),
+                                                                      nullptr) == nic_owner_.end())))
+        return;
     // Registration pins the pages the entry has now: the shm path's adoption, which maps new
     // ones at the same addresses, must come first.
     if (exports_ && e->export_slot < 0) return;
     uint64_t key = 0, handle = 0;
-    if (!rdma_->remote_register(e->region.start, e->region.length, (o & PTL_ME_OP_PUT) != 0, &key, &handle)) {
+    if (!rdma_->remote_register(e->region.start, e->region.length, (o & PTL_ME_OP_PUT) != 0, false, &key,
+                                &handle)) {
         PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported by RDMA: its memory cannot be registered",
                   n->index, e->pt, e->is_me ? "me" : "le", e->handle);
         return;
@@ -101,6 +117,7 @@ void Engine::export_remote(Ni *n, Pt &pt, Entry *e) {
     x.key = key;
     ++x.gen;
     e->remote_slot = int32_t(slot);
+    if (counted) nic_counter(e->ct);
     for (const PeerId &h : holders_) send_export_info(h, uint32_t(slot));
     PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x exported by RDMA: slot %zu, %zu holders", n->index, e->pt,
               e->is_me ? "me" : "le", e->handle, slot, holders_.size());
@@ -121,7 +138,56 @@ void Engine::send_export_info(PeerId to, uint32_t slot) {
     h.hdr_data = x.key;
     h.mlength = e.opts();
     h.op_id = uint64_t(slot) << 32 | x.gen;
-    send(to, h, nullptr, 0);
+    direct::RemoteCountInfo count;
+    if (e.ct && (e.opts() & PTL_ME_EVENT_CT_COMM) && e.ct->nic_slot >= 0) {
+        count.addr = reinterpret_cast<uint64_t>(&nic_counts_[size_t(e.ct->nic_slot)]);
+        count.key = nic_counts_key_;
+        count.count_bytes = (e.opts() & PTL_ME_EVENT_CT_BYTES) != 0;
+    }
+    iovec v{&count, sizeof count};
+    send(to, h, &v, 1);
+}
+
+int32_t Engine::nic_counter(Ct *c) {
+    if (c->nic_slot >= 0) return c->nic_slot;
+    const auto it = std::find(nic_owner_.begin(), nic_owner_.end(), nullptr);  // export_remote checked
+    const int32_t i = int32_t(it - nic_owner_.begin());
+    const ptl_ct_event_t v = c->value();
+    nic_counts_[size_t(i)].store(0, std::memory_order_relaxed);
+    *it = c;
+    nic_cts_.push_back(c);
+    c->nic.store(&nic_counts_[size_t(i)], std::memory_order_release);
+    c->nic_slot = i;
+    c->nic_seen = 0;
+    c->set(v);
+    return i;
+}
+
+// The CT is freed or its NI closes: the entries that count there are revoked first, so no
+// peer adds to the word once it is given to another CT.
+void Engine::release_nic_counter(Ct *c) {
+    if (c->nic_slot < 0) return;
+    SmallVec<const Entry *, 8> counting;
+    for (const direct::RemoteExport &x : remote_exports_)
+        if (x.entry && x.entry->ct == c) counting.push_back(x.entry);
+    revoke_remote(counting.data(), counting.size());
+    const ptl_ct_event_t v = c->value();  // the counts stay the CT's own
+    nic_owner_[size_t(c->nic_slot)] = nullptr;
+    std::erase(nic_cts_, c);
+    c->nic.store(nullptr, std::memory_order_release);
+    c->nic_slot = -1;
+    c->set(v);
+}
+
+// From progress: counts peers made by RDMA reach the CTs' waiters and triggers.
+void Engine::take_nic_counts() {
+    for (Ct *c : nic_cts_) {
+        const uint64_t k = c->nic_count();
+        if (k != c->nic_seen) {
+            c->nic_seen = k;
+            ct_changed(c);
+        }
+    }
 }
 
 void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait) {
@@ -194,8 +260,9 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
             const direct::RemoteKey key =
                 direct::remote_key(h.ni_index, h.pt_index, h.match_bits, h.atomic_type);
             if (auto old = rp.by_slot.find(slot); old != rp.by_slot.end()) rp.by_key.erase(old->second);
-            rp.by_key[key] =
-                direct::RemoteTarget{h.remote_offset, h.length, h.hdr_data, uint32_t(h.mlength), h.uid};
+            direct::RemoteTarget t{h.remote_offset, h.length, h.hdr_data, uint32_t(h.mlength), h.uid, {}};
+            if (m.payload_len >= sizeof t.count) std::memcpy(&t.count, m.payload, sizeof t.count);
+            rp.by_key[key] = t;
             rp.by_slot[slot] = key;
             break;
         }
@@ -248,9 +315,13 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
     Md *md = get ? c.get_md : c.put_md;
     char *local = md->region.contiguous_at(get ? c.get_off : c.put_off);
     if (!local || !w->peer_handled_all(c.peer)) return kNotDirect;
+    // The entry's count, added by the device right after the data.
+    Wire::RemoteCount count;
+    if (t.count.addr) count = {t.count.addr, t.count.key, t.count.count_bytes ? len : 1};
     // A small put nobody acknowledges is copied by the wire and done, as a message would be.
     if (!get && c.ack_req == PTL_NO_ACK_REQ && len <= w->remote_inline(c.peer)) {
-        if (!w->remote_access(c.peer, false, local, len, t.addr + off, t.key, kNoCookie, true)) return kNotDirect;
+        if (!w->remote_access(c.peer, false, local, len, t.addr + off, t.key, kNoCookie, true, count))
+            return kNotDirect;
         initiator_event(md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);
         if (trace_) [[unlikely]]
             trace_->line("ni%u put -> 0x%x:%u pt %u bits 0x%llx len %llu: direct by RDMA, inline", n->index,
@@ -280,7 +351,7 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
         remote_ops_.emplace_back();
     }
     const bool must_copy = !get && (md->desc.options & PTL_MD_VOLATILE);
-    if (!w->remote_access(c.peer, get, local, len, t.addr + off, t.key, cookie, must_copy)) {
+    if (!w->remote_access(c.peer, get, local, len, t.addr + off, t.key, cookie, must_copy, count)) {
         PendingOp unused;
         n->pending.take(id, &unused);
         free_remote_ops_.push_back(cookie);

@@ -1076,6 +1076,8 @@ int Engine::progress_locked(uint64_t now_ns) {
     if (!held_.empty()) work += replay_held(t);
     if (exports_ && exports_->header.counted.load(std::memory_order_relaxed)) [[unlikely]]
         take_remote_counts();
+    if (!nic_cts_.empty()) [[unlikely]]
+        take_nic_counts();
     if (holding_published_ && held_.empty()) {
         holding_published_ = false;
         set_holding(false);
@@ -1181,6 +1183,8 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
         sleepers_armed_.store(true, std::memory_order_seq_cst);
         lk.unlock();
         long us = forever ? 100000 : long(std::min<uint64_t>((deadline - t) / 1000, 100000));
+        // Counts peers add by RDMA wake nobody: a waiter looks again every millisecond.
+        if (!nic_cts_.empty()) us = std::min(us, 1000L);
         if (us < 1) us = 1;
         if (cfg_.progress_thread) {
             futex_wait(&event_seq_, seq, us);

@@ -297,6 +297,9 @@ private:
     template <TrigKind kind>
     int try_remote_of(const DataOpArgs &a, const CheckedOp &c);
     void on_remote_done(uint64_t cookie, bool ok);
+    int32_t nic_counter(Ct *c);  // the registered counter word peers add `c`'s counts to
+    void release_nic_counter(Ct *c);
+    void take_nic_counts();
     // The initiator's event and count of an operation; inline so that an MD with neither (most
     // senders: SEND disabled, no CT) costs a test, not a call.
     void initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t fail, ptl_size_t mlength,
@@ -396,6 +399,11 @@ private:
     bool revoking_ = false;
     std::unordered_map<PeerId, direct::RemotePeer, PeerIdHash> remote_peers_;
     std::vector<direct::RemoteOpRef> remote_ops_;  // by the wire's cookie
+    // Counter words peers' RDMA fetch-and-adds land in (one per CT that counts exported entries).
+    std::unique_ptr<std::atomic<uint64_t>[]> nic_counts_;
+    uint64_t nic_counts_handle_ = 0, nic_counts_key_ = 0;
+    std::vector<Ct *> nic_owner_;  // by counter word
+    std::vector<Ct *> nic_cts_;    // those CTs, for take_nic_counts
     std::vector<uint32_t> free_remote_ops_;
     // PTL_TRACE; null otherwise, and read as such on every path. Kept from the first open of the
     // physical NI to the end of the process: a process that closes and reopens it (UCX does)

@@ -53,6 +53,14 @@ struct RemoteExport {
     uint32_t gen = 0;
 };
 
+// A kExportInfo's payload when the entry counts on a CT: where initiators add their counts.
+struct RemoteCountInfo {
+    uint64_t addr = 0;  // 0: the entry counts nothing
+    uint64_t key = 0;
+    uint32_t count_bytes = 0;  // PTL_LE_EVENT_CT_BYTES: add bytes, not operations
+    uint32_t reserved = 0;
+};
+
 // Initiator side: one entry a peer exported to us.
 struct RemoteTarget {
     uint64_t addr = 0;
@@ -60,6 +68,7 @@ struct RemoteTarget {
     uint64_t key = 0;
     uint32_t options = 0;
     uint32_t uid = 0;
+    RemoteCountInfo count;
 };
 
 struct RemotePeer {

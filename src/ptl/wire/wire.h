@@ -93,7 +93,10 @@ public:
     // Registers [addr, addr + len) for peers' reads (and writes if `writable`) until
     // remote_deregister(*handle) returns, after which no access lands; fills the key peers
     // name it by.
-    virtual bool remote_register(void *, size_t, bool, uint64_t *, uint64_t *) { return false; }
+    // `atomic`: also for the peers' fetch-and-adds on its 8-byte words (remote_counts()).
+    virtual bool remote_register(void *, size_t, bool, bool, uint64_t *, uint64_t *) { return false; }
+    // Whether remote_access can add to a counter of the peer's (the device does atomics).
+    virtual bool remote_counts() const { return false; }
     virtual void remote_deregister(uint64_t) {}
     // Whether remote_access to the peer can be posted now.
     virtual bool has_remote_access(PeerId) const { return false; }
@@ -101,8 +104,14 @@ public:
     // ordered after every message sent to the peer before it and before every message sent
     // after it. Completion (the data placed at both ends) is reported with `cookie` to the
     // handler given to set_remote_done, from progress. False: not posted (take the message
-    // path). `must_copy`: `local` may change once the call returns (PTL_MD_VOLATILE).
-    virtual bool remote_access(PeerId, bool, void *, size_t, uint64_t, uint64_t, uint64_t, bool) {
+    // path). `must_copy`: `local` may change once the call returns (PTL_MD_VOLATILE). A
+    // RemoteCount with an amount is added (fetch-and-add) to the peer's counter right after
+    // the data, in the same post: both or neither.
+    struct RemoteCount {
+        uint64_t addr = 0, key = 0, amount = 0;
+    };
+    virtual bool remote_access(PeerId, bool, void *, size_t, uint64_t, uint64_t, uint64_t, bool,
+                               const RemoteCount &) {
         return false;
     }
     using RemoteDone = std::function<void(uint64_t cookie, bool ok)>;

@@ -71,6 +71,7 @@ Device *Device::open(const std::string &spec, int gid_index, std::string *err) {
             d->addr_.lid = pa.lid;
             d->max_rd_atom_ = uint8_t(std::clamp(da.max_qp_rd_atom, 1, 16));
             d->max_init_rd_atom_ = uint8_t(std::clamp(da.max_qp_init_rd_atom, 1, 16));
+            d->atomics_ = da.atomic_cap != IBV_ATOMIC_NONE;
             d->gid_index_ = gid_index >= 0 ? gid_index : pick_gid(ctx, uint8_t(p), pa.gid_tbl_len);
             break;
         }
@@ -131,7 +132,8 @@ ibv_qp *Device::create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std:
     a.qp_state = IBV_QPS_INIT;
     a.pkey_index = 0;
     a.port_num = port_;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+    a.qp_access_flags =
+        IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
     if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
         *err = errno_text("ibv_modify_qp(INIT)");
         ibv_destroy_qp(qp);

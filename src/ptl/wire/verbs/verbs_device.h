@@ -30,6 +30,7 @@ public:
     const std::string &name() const { return name_; }
     const PortAddress &address() const { return addr_; }
     uint32_t max_inline_data() const { return max_inline_; }
+    bool atomics() const { return atomics_; }  // RDMA fetch-and-add and compare-and-swap
 
     // A reliable-connected QP on `cq`, in INIT, with the given queue sizes.
     ibv_qp *create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std::string *err);
@@ -48,6 +49,7 @@ private:
     uint32_t max_inline_ = 0;
     uint8_t max_rd_atom_ = 1;       // RDMA reads a QP answers at once
     uint8_t max_init_rd_atom_ = 1;  // RDMA reads a QP has outstanding
+    bool atomics_ = false;
     PortAddress addr_;
 };
 

@@ -115,6 +115,7 @@ bool VerbsWire::init(std::string *err) {
         std::fprintf(stderr, "portals: verbs registrations are not cached (%s)\n", why.c_str());
     cache_ = std::make_unique<RegCache>(dev_->pd(), std::move(unmap_watch), size_t(cfg_.reg_cache_max));
     epoch_seed_ = uint32_t(std::random_device{}());
+    count_mr_ = ibv_reg_mr(dev_->pd(), count_result_, sizeof count_result_, IBV_ACCESS_LOCAL_WRITE);
     watcher_ = std::thread([this] { watch(); });
     return true;
 }
@@ -143,6 +144,7 @@ VerbsWire::~VerbsWire() {
     for (RemoteOp &op : remote_ops_)
         if (op.region) cache_->release(op.region);
     cache_.reset();
+    if (count_mr_) ibv_dereg_mr(count_mr_);
     out_by_id_.clear();
     in_by_id_.clear();
     out_.clear();
@@ -788,9 +790,10 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
 // One-sided access
 
 // Not through the registration cache: once remote_deregister returns, the key reaches nothing.
-bool VerbsWire::remote_register(void *addr, size_t len, bool writable, uint64_t *key, uint64_t *handle) {
-    const int access =
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | (writable ? IBV_ACCESS_REMOTE_WRITE : 0);
+bool VerbsWire::remote_register(void *addr, size_t len, bool writable, bool atomic, uint64_t *key,
+                                uint64_t *handle) {
+    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                       (writable ? IBV_ACCESS_REMOTE_WRITE : 0) | (atomic ? IBV_ACCESS_REMOTE_ATOMIC : 0);
     ibv_mr *mr = ibv_reg_mr(dev_->pd(), addr, len, access);
     if (!mr) return false;
     *key = mr->rkey;
@@ -856,12 +859,13 @@ void VerbsWire::report_handled_promptly(PeerId from) {
 }
 
 bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr,
-                              uint64_t key, uint64_t cookie, bool must_copy) {
+                              uint64_t key, uint64_t cookie, bool must_copy, const RemoteCount &count) {
     auto it = out_.find(to);
-    if (it == out_.end() || len > kRemoteMax) return false;
+    if (it == out_.end() || len > kRemoteMax || (count.amount && !remote_counts())) return false;
     OutConn &c = *it->second;
-    if (c.remote_ops >= kRemoteWindow) poll_own_completions();
-    if (c.state != State::Ready || c.remote_ops >= kRemoteWindow) return false;
+    const uint32_t need = count.amount ? 2 : 1;
+    if (c.remote_ops + need > kRemoteWindow) poll_own_completions();
+    if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow) return false;
     if (c.held && !post_held(c)) {  // deferred sends go first: they were sent before
         fail_out(c);
         return false;
@@ -874,15 +878,19 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
         if (!(r = cache_->acquire(local, len, read))) return false;
         sge.lkey = RegCache::lkey(r);
     }
-    uint32_t slot;
-    if (!free_remote_ops_.empty()) {
-        slot = free_remote_ops_.back();
-        free_remote_ops_.pop_back();
-    } else {
-        slot = uint32_t(remote_ops_.size());
-        remote_ops_.emplace_back();
-    }
-    ibv_send_wr wr{}, *bad = nullptr;
+    auto take_slot = [&] {
+        uint32_t s;
+        if (!free_remote_ops_.empty()) {
+            s = free_remote_ops_.back();
+            free_remote_ops_.pop_back();
+        } else {
+            s = uint32_t(remote_ops_.size());
+            remote_ops_.emplace_back();
+        }
+        return s;
+    };
+    const uint32_t slot = take_slot(), add_slot = count.amount ? take_slot() : 0;
+    ibv_send_wr wr{}, add{}, *bad = nullptr;
     wr.wr_id = wr_id(kRemote, c.id, slot);
     wr.sg_list = &sge;
     wr.num_sge = len ? 1 : 0;
@@ -891,12 +899,35 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
         IBV_SEND_SIGNALED | (inlined ? IBV_SEND_INLINE : 0) | (c.remote_reads ? IBV_SEND_FENCE : 0);
     wr.wr.rdma.remote_addr = remote_addr;
     wr.wr.rdma.rkey = uint32_t(key);
+    // The count after the data: RC executes them in order at the peer, so whoever sees the
+    // count sees the data.
+    ibv_sge add_sge{reinterpret_cast<uint64_t>(count_result_), 8, count_mr_ ? count_mr_->lkey : 0};
+    if (count.amount) {
+        wr.next = &add;
+        add.wr_id = wr_id(kRemote, c.id, add_slot);
+        add.sg_list = &add_sge;
+        add.num_sge = 1;
+        add.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        add.send_flags = IBV_SEND_SIGNALED;
+        add.wr.atomic.remote_addr = count.addr;
+        add.wr.atomic.rkey = uint32_t(count.key);
+        add.wr.atomic.compare_add = count.amount;
+    }
     if (ibv_post_send(c.qp, &wr, &bad) != 0) {
-        if (r) cache_->release(r);
-        free_remote_ops_.push_back(slot);
-        return false;
+        if (bad == &add) {
+            fail_out(c);  // the data went without its count: the peer cannot be trusted to count
+        } else {
+            if (r) cache_->release(r);
+            free_remote_ops_.push_back(slot);
+            if (count.amount) free_remote_ops_.push_back(add_slot);
+            return false;
+        }
     }
     remote_ops_[slot] = RemoteOp{cookie, r, c.id, read};
+    if (count.amount) {
+        remote_ops_[add_slot] = RemoteOp{~uint64_t(0), nullptr, c.id, false};
+        ++c.remote_ops;
+    }
     ++c.remote_ops;
     if (read) ++c.remote_reads;
     ++rdma_ops_;

@@ -67,11 +67,13 @@ public:
 
     // One-sided access (the engine's direct path): RDMA reads and writes on the QP our
     // messages to the peer take, so RC keeps them in order with those messages.
-    bool remote_register(void *addr, size_t len, bool writable, uint64_t *key, uint64_t *handle) override;
+    bool remote_register(void *addr, size_t len, bool writable, bool atomic, uint64_t *key,
+                         uint64_t *handle) override;
+    bool remote_counts() const override { return dev_->atomics() && count_mr_; }
     void remote_deregister(uint64_t handle) override;
     bool has_remote_access(PeerId to) const override;
     bool remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr, uint64_t key,
-                       uint64_t cookie, bool must_copy) override;
+                       uint64_t cookie, bool must_copy, const RemoteCount &count) override;
     void set_remote_done(RemoteDone done) override { remote_done_ = std::move(done); }
     size_t remote_inline(PeerId to) const override { return has_remote_access(to) ? dev_->max_inline_data() : 0; }
     void reap_remote() override { poll_own_completions(); }
@@ -199,6 +201,8 @@ private:
     };
     std::vector<RemoteOp> remote_ops_;
     std::vector<uint32_t> free_remote_ops_;
+    uint64_t count_result_[8] = {};  // where fetch-and-adds put the values nobody reads
+    ibv_mr *count_mr_ = nullptr;
     RemoteDone remote_done_;
     std::function<void(PeerId)> peer_connected_;
     bool holding_ = false;
