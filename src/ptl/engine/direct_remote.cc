@@ -1,15 +1,17 @@
 // The direct path over RDMA (DESIGN decision 9, issue 32; protocol in remote_exports.h).
 //
-// Owner side: an entry the direct path may export (exportable, direct.cc) and that has no
-// counting event is registered with the RDMA wire, and every holder hears of it. Revocation
-// (unlink, portal disabled, NI closed) waits for the holders' answers, then deregisters.
+// Owner side: an entry the direct path may export (exportable, direct.cc) is registered with
+// the RDMA wire, and every holder hears of it; one that counts on a CT also names a registered
+// counter word of that CT's. Revocation (unlink, portal disabled, NI closed, CT freed) waits
+// for the holders' answers, then deregisters.
 //
 // Initiator side: a put or get to a peer on the RDMA wire, whose entry the peer exported to
 // us, whose permissions and bounds hold, from contiguous memory, while the peer's engine has
-// handled everything we sent it, is an RDMA write or read. Its completion (the data placed at
+// handled everything we sent it, is an RDMA write or read, followed in the same post by a
+// fetch-and-add on the counter word where the entry counts. Its completion (the data placed at
 // both ends) posts what the target's ACK or REPLY would have: SEND and ACK for a put, REPLY
-// for a get. Atomics and counted entries keep the message path: the target's CPU applies every
-// atomic on an entry, one mechanism whichever path the others took.
+// for a get. Atomics keep the message path: the target's CPU applies every atomic on an
+// entry, one mechanism whichever path the others took.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -4,8 +4,10 @@
 //
 // Protocol. Every peer whose connection the wire accepts (a holder: it may reach us) is sent
 // one kExportInfo per exported entry then, and another for each later export. Until the
-// information arrives, its operations take the message path. To revoke, the owner sends kRevoke to every
-// holder and waits, bounded by PTL_DIRECT_REVOKE_MS, for each kRevoked: a holder answers
+// information arrives, its operations take the message path. An entry that counts on a CT
+// names a counter word the owner registered for device atomics: initiators add to it by
+// fetch-and-add right behind their data. To revoke, the owner sends kRevoke to every holder
+// and waits, bounded by PTL_DIRECT_REVOKE_MS, for each kRevoked: a holder answers
 // after dropping the entry, on the connection its own RDMA operations take, so the answer
 // arrives behind every operation it had in flight. Then the owner deregisters the memory, after
 // which no access can land. A holder too slow to answer in time meets a bad key on its next
@@ -14,7 +16,7 @@
 //
 // Ordering: an initiator goes direct only while the wire says the target's engine has handled
 // every message it sent there (Wire::peer_handled_all), and RC keeps RDMA operations in order
-// with the messages around them.
+// with the messages around them (and each count with its data).
 #pragma once
 
 #include <portals4.h>
