@@ -92,6 +92,22 @@ struct Target {
     bool count_bytes = false;
 };
 
+// Which entry an operation names: (NI, portal, ME or LE) and an ME's match bits. Also the
+// key of the RDMA exports (remote_exports.h).
+struct EntryKey {
+    uint32_t where;
+    uint64_t bits;
+    bool operator==(const EntryKey &) const = default;
+};
+struct EntryKeyHash {
+    size_t operator()(const EntryKey &k) const {
+        return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
+    }
+};
+inline EntryKey entry_key(uint32_t ni, uint32_t pt, uint64_t bits, bool is_me) {
+    return {ni << 24 | uint32_t(is_me) << 16 | (pt & 0xffff), is_me ? bits : 0};
+}
+
 // An initiator's view of one peer's table: what takes (ni, pt, bits), cached until the
 // table's version moves. The key of the last operation is checked first: one-sided traffic
 // mostly goes to one region.
@@ -110,7 +126,7 @@ public:
 
     Target &find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
         const uint64_t v = area_->header.version.load(std::memory_order_acquire);
-        const Key key{uint32_t(ni) << 24 | uint32_t(is_me) << 16 | pt, is_me ? bits : 0};
+        const EntryKey key = entry_key(ni, pt, bits, is_me);
         if (v == version_ && last_key_ == key && last_) [[likely]]
             return *last_;
         return find_again(v, key, ni, pt, is_me);
@@ -126,16 +142,7 @@ public:
     }
 
 private:
-    struct Key {
-        uint32_t where;
-        uint64_t bits;
-        bool operator==(const Key &) const = default;
-    };
-    struct KeyHash {
-        size_t operator()(const Key &k) const {
-            return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
-        }
-    };
+    using Key = EntryKey;
     [[gnu::noinline]] Target &find_again(uint64_t v, const Key &key, uint8_t ni, uint16_t pt, bool is_me) {
         if (v != version_) {
             cache_.clear();
@@ -174,7 +181,7 @@ private:
     uint64_t next_liveness_ns_ = 0;
     uint64_t version_ = ~uint64_t(0);
     bool changed_ = false;
-    std::unordered_map<Key, Target, KeyHash> cache_;  // node-based: last_ stays valid
+    std::unordered_map<Key, Target, EntryKeyHash> cache_;  // node-based: last_ stays valid
     Key last_key_{};
     Target *last_ = nullptr;
 };

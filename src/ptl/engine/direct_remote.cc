@@ -259,8 +259,8 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
     switch (h.op) {
         case proto::kExportInfo: {
             direct::RemotePeer &rp = remote_peers_[m.from];
-            const direct::RemoteKey key =
-                direct::remote_key(h.ni_index, h.pt_index, h.match_bits, h.atomic_type);
+            const direct::EntryKey key =
+                direct::entry_key(h.ni_index, h.pt_index, h.match_bits, h.atomic_type);
             if (auto old = rp.by_slot.find(slot); old != rp.by_slot.end()) rp.by_key.erase(old->second);
             direct::RemoteTarget t{h.remote_offset, h.length, h.hdr_data, uint32_t(h.mlength), h.uid, {}};
             if (m.payload_len >= sizeof t.count) std::memcpy(&t.count, m.payload, sizeof t.count);
@@ -304,7 +304,7 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
     if (peer == remote_peers_.end()) return kNotDirect;
     const direct::RemotePeer &rp = peer->second;
     Ni *n = c.ni;
-    const auto it = rp.by_key.find(direct::remote_key(n->index, a.pt_index, a.match_bits, n->matching()));
+    const auto it = rp.by_key.find(direct::entry_key(n->index, a.pt_index, a.match_bits, n->matching()));
     if (it == rp.by_key.end()) return kNotDirect;
     const direct::RemoteTarget &t = it->second;
     constexpr bool get = kind == TrigKind::Get;

@@ -25,27 +25,13 @@
 #include <unordered_map>
 
 #include "../wire/wire.h"
+#include "direct_exports.h"
 
 namespace ptl {
 struct Entry;
 }
 
 namespace ptl::direct {
-
-// Which entry an operation names: (NI, portal, ME or LE) and an ME's match bits.
-struct RemoteKey {
-    uint32_t where;
-    uint64_t bits;
-    bool operator==(const RemoteKey &) const = default;
-};
-struct RemoteKeyHash {
-    size_t operator()(const RemoteKey &k) const {
-        return (k.bits ^ uint64_t(k.where) << 40) * 0x9e3779b97f4a7c15ull >> 16;
-    }
-};
-inline RemoteKey remote_key(uint32_t ni, uint32_t pt, uint64_t bits, bool is_me) {
-    return {ni << 24 | uint32_t(is_me) << 16 | (pt & 0xffff), is_me ? bits : 0};
-}
 
 // Owner side: one exported entry, by slot.
 struct RemoteExport {
@@ -74,8 +60,8 @@ struct RemoteTarget {
 };
 
 struct RemotePeer {
-    std::unordered_map<RemoteKey, RemoteTarget, RemoteKeyHash> by_key;
-    std::unordered_map<uint32_t, RemoteKey> by_slot;
+    std::unordered_map<EntryKey, RemoteTarget, EntryKeyHash> by_key;
+    std::unordered_map<uint32_t, EntryKey> by_slot;
 };
 
 // A one-sided operation in flight, named by its wire cookie.
