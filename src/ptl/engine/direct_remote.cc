@@ -57,6 +57,9 @@ void Engine::open_remote() {
 // Told at once, while we handle its connection: a target that stops calling in after set-up
 // (PTL_PROGRESS=manual) has pushed its exports by then.
 void Engine::add_holder(PeerId p) {
+    // A new connection from `p` may be a new process at that address: what the old one
+    // exported to us is forgotten (its exports come again over this connection).
+    remote_peers_.erase(p);
     if (std::find(holders_.begin(), holders_.end(), p) == holders_.end()) {
         holders_.push_back(p);
         acks_owed_.push_back(0);
