@@ -525,6 +525,7 @@ TEST_F(Direct, F12_F13_NothingLandsWhileThePortalIsDisabled) {
 TEST_F(Direct, F1_OperationsToADeadTargetFailInsteadOfLanding) {
     if (me_) {
         append_heap();
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
         ASSERT_EQ(ptlrt_barrier(), 0);
         ASSERT_EQ(ptlrt_barrier(), 0);  // the initiator's first put landed
         std::fflush(stdout);
@@ -537,6 +538,7 @@ TEST_F(Direct, F1_OperationsToADeadTargetFailInsteadOfLanding) {
     ptl_size_t n = 0;
     ASSERT_EQ(PtlGetMap(ni_, 2, map.data(), &n), PTL_OK);
     phys = map[kTarget];
+    ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     int64_t warm = 1;  // the table of the target, looked up while it lives
     ASSERT_EQ(PtlPut(md, ptl_size_t(&warm), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);

@@ -333,6 +333,7 @@ int Engine::set_notify_drops(ptl_handle_ni_t h, bool enable) {
 int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
     Lock lk(mu_);
     if (!ni_of(h)) return PTL_ARG_INVALID;
+    progress_locked();  // a closed connection is news only once a wire reads it
     return !peer_gone({peer.phys.nid, peer.phys.pid});
 }
 

@@ -805,9 +805,10 @@ void VerbsWire::remote_deregister(uint64_t handle) {
     if (handle) ibv_dereg_mr(reinterpret_cast<ibv_mr *>(handle));
 }
 
+// A peer the control wire saw die is not written to: its QP would take the retry time to say so.
 bool VerbsWire::has_remote_access(PeerId to) const {
     auto it = out_.find(to);
-    return it != out_.end() && it->second->state == State::Ready;
+    return it != out_.end() && it->second->state == State::Ready && !control_->peer_dead(to);
 }
 
 bool VerbsWire::peer_handled_all(PeerId to) {
