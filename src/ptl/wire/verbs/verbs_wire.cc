@@ -615,10 +615,10 @@ void VerbsWire::remote_done(const ibv_wc &wc) {
     if (remote_done_) remote_done_(op.cookie, ok);
 }
 
-// Completions are handled in the order the CQ gave them: a receive handler may start a bulk
-// transfer, which stashes the completions it meets; those are newer than the rest of the
-// batch in hand, so that rest goes in front of them, and the stash is emptied before the CQ
-// is polled again (messages of one connection must reach the engine in order).
+// Completions are handled in the order the CQ gave them (messages of one connection must reach
+// the engine in order): progress puts each batch at the back of stashed_ and takes from the
+// front; a receive handler that starts a bulk transfer stashes the newer completions it meets
+// behind the rest, and the stash is emptied before the CQ is polled again.
 int VerbsWire::drain_stash(const MessageHandler &handler) {
     int work = 0;
     while (!stashed_.empty()) {
