@@ -60,6 +60,7 @@ void Engine::add_holder(PeerId p) {
     // A new connection from `p` may be a new process at that address: what the old one
     // exported to us is forgotten (its exports come again over this connection).
     remote_peers_.erase(p);
+    last_remote_ = nullptr;
     if (std::find(holders_.begin(), holders_.end(), p) == holders_.end()) {
         holders_.push_back(p);
         acks_owed_.push_back(0);
@@ -87,6 +88,7 @@ void Engine::close_remote() {
     holders_.clear();
     acks_owed_.clear();
     remote_peers_.clear();
+    last_remote_ = nullptr;
     remote_ops_.clear();
     free_remote_ops_.clear();
     if (rdma_) {
@@ -301,11 +303,14 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
 template <TrigKind kind>
 int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
     static_assert(kind == TrigKind::Put || kind == TrigKind::Get);
-    Wire *w = wire_for(c.peer);
-    if (!w || !w->has_remote_access(c.peer)) return kNotDirect;
-    const auto peer = remote_peers_.find(c.peer);
-    if (peer == remote_peers_.end()) return kNotDirect;
-    const direct::RemotePeer &rp = peer->second;
+    // The last peer's exports are the common case (one-sided traffic mostly goes to one).
+    if (!last_remote_ || !(last_remote_peer_ == c.peer)) {
+        const auto peer = remote_peers_.find(c.peer);
+        if (peer == remote_peers_.end()) return kNotDirect;
+        last_remote_peer_ = c.peer;
+        last_remote_ = &peer->second;
+    }
+    const direct::RemotePeer &rp = *last_remote_;
     Ni *n = c.ni;
     const auto it = rp.by_key.find(direct::entry_key(n->index, a.pt_index, a.match_bits, n->matching()));
     if (it == rp.by_key.end()) return kNotDirect;
@@ -319,12 +324,13 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
         return kNotDirect;
     Md *md = get ? c.get_md : c.put_md;
     char *local = md->region.contiguous_at(get ? c.get_off : c.put_off);
-    if (!local || !w->peer_handled_all(c.peer)) return kNotDirect;
+    if (!local) return kNotDirect;
+    Wire *w = rdma_;  // the peer's exports came over it
     // The entry's count, added by the device right after the data.
     Wire::RemoteCount count;
     if (t.count.addr) count = {t.count.addr, t.count.key, t.count.count_bytes ? len : 1};
     // A small put nobody acknowledges is copied by the wire and done, as a message would be.
-    if (!get && c.ack_req == PTL_NO_ACK_REQ && len <= w->remote_inline(c.peer)) {
+    if (!get && c.ack_req == PTL_NO_ACK_REQ && len <= w->remote_inline()) {
         if (!w->remote_access(c.peer, false, local, len, t.addr + off, t.key, kNoCookie, true, count))
             return kNotDirect;
         initiator_event(md, PTL_EVENT_SEND, PTL_NI_OK, len, 0, 0, a.user_ptr, true);

@@ -398,6 +398,8 @@ private:
     uint64_t revoke_round_ = 0;
     bool revoking_ = false;
     std::unordered_map<PeerId, direct::RemotePeer, PeerIdHash> remote_peers_;
+    PeerId last_remote_peer_{};
+    direct::RemotePeer *last_remote_ = nullptr;    // remote_peers_'s node for it (nodes stay put)
     std::vector<direct::RemoteOpRef> remote_ops_;  // by the wire's cookie
     // Counter words peers' RDMA fetch-and-adds land in (one per CT that counts exported entries).
     std::unique_ptr<std::atomic<uint64_t>[]> nic_counts_;

@@ -15,7 +15,7 @@
 // NI does not wait: nothing may reach a closed NI, and its holders are usually closing too.
 //
 // Ordering: an initiator goes direct only while the wire says the target's engine has handled
-// every message it sent there (Wire::peer_handled_all), and RC keeps RDMA operations in order
+// every message it sent there (Wire::remote_access refuses otherwise), and RC keeps RDMA operations in order
 // with the messages around them (and each count with its data).
 #pragma once
 

@@ -98,15 +98,14 @@ public:
     // Whether remote_access can add to a counter of the peer's (the device does atomics).
     virtual bool remote_counts() const { return false; }
     virtual void remote_deregister(uint64_t) {}
-    // Whether remote_access to the peer can be posted now.
-    virtual bool has_remote_access(PeerId) const { return false; }
     // Posts a read of the peer's [remote_addr, +len) into `local`, or a write of `local` there;
     // ordered after every message sent to the peer before it and before every message sent
-    // after it. Completion (the data placed at both ends) is reported with `cookie` to the
-    // handler given to set_remote_done, from progress. False: not posted (take the message
-    // path). `must_copy`: `local` may change once the call returns (PTL_MD_VOLATILE). A
-    // RemoteCount with an amount is added (fetch-and-add) to the peer's counter right after
-    // the data, in the same post: both or neither.
+    // after it: refused while the peer's engine has not handled every message we sent it (not
+    // merely received: a direct operation may not overtake one), or is known dead. Completion (the data
+    // placed at both ends) is reported with `cookie` to the handler given to set_remote_done, from progress.
+    // False: not posted (take the message path). `must_copy`: `local` may change once the call returns
+    // (PTL_MD_VOLATILE). A RemoteCount with an amount is added (fetch-and-add) to the peer's counter right
+    // after the data, in the same post: both or neither.
     struct RemoteCount {
         uint64_t addr = 0, key = 0, amount = 0;
     };
@@ -116,13 +115,10 @@ public:
     }
     using RemoteDone = std::function<void(uint64_t cookie, bool ok)>;
     // Writes up to this size are copied in the call (`local` is free at once).
-    virtual size_t remote_inline(PeerId) const { return 0; }
+    virtual size_t remote_inline() const { return 0; }
     // Reports the completions of one-sided operations that are already in (see RemoteDone).
     virtual void reap_remote() {}
     virtual void set_remote_done(RemoteDone) {}
-    // Whether the peer's engine has handled every message we sent it (not merely received):
-    // a direct operation may not overtake one.
-    virtual bool peer_handled_all(PeerId) { return false; }
     // The engine holds messages back (held_messages.h): what it received is not yet handled.
     virtual void set_holding(bool) {}
     // The peer needs prompt word of what we handled (it has our exports): told as soon as

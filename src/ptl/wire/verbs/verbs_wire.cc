@@ -805,16 +805,8 @@ void VerbsWire::remote_deregister(uint64_t handle) {
     if (handle) ibv_dereg_mr(reinterpret_cast<ibv_mr *>(handle));
 }
 
-// A peer the control wire saw die is not written to: its QP would take the retry time to say so.
-bool VerbsWire::has_remote_access(PeerId to) const {
-    auto it = out_.find(to);
-    return it != out_.end() && it->second->state == State::Ready && !control_->peer_dead(to);
-}
-
-bool VerbsWire::peer_handled_all(PeerId to) {
-    auto it = out_.find(to);
-    if (it == out_.end()) return false;
-    const OutConn &c = *it->second;
+// Whether the peer's engine has handled everything we sent it (see remote_access).
+bool VerbsWire::handled_all(const OutConn &c) {
     auto handled = [&] {
         return c.state == State::Ready && c.backlog.empty() && c.held == 0 && !c.peer_holding &&
                c.credits == c.peer_rx_depth;
@@ -864,13 +856,12 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
     auto it = out_.find(to);
     if (it == out_.end() || len > kRemoteMax || (count.amount && !remote_counts())) return false;
     OutConn &c = *it->second;
+    // A peer the control wire saw die is not written to: its QP would take the retry time to
+    // say so.
+    if (!handled_all(c) || control_->peer_dead(to)) return false;
     const uint32_t need = count.amount ? 2 : 1;
     if (c.remote_ops + need > kRemoteWindow) poll_own_completions();
     if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow) return false;
-    if (c.held && !post_held(c)) {  // deferred sends go first: they were sent before
-        fail_out(c);
-        return false;
-    }
     const bool inlined = !read && len <= dev_->max_inline_data();
     if (must_copy && !inlined) return false;
     RegCache::Region *r = nullptr;

@@ -71,13 +71,11 @@ public:
                          uint64_t *handle) override;
     bool remote_counts() const override { return dev_->atomics() && count_mr_; }
     void remote_deregister(uint64_t handle) override;
-    bool has_remote_access(PeerId to) const override;
     bool remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr, uint64_t key,
                        uint64_t cookie, bool must_copy, const RemoteCount &count) override;
     void set_remote_done(RemoteDone done) override { remote_done_ = std::move(done); }
-    size_t remote_inline(PeerId to) const override { return has_remote_access(to) ? dev_->max_inline_data() : 0; }
+    size_t remote_inline() const override { return dev_->max_inline_data(); }
     void reap_remote() override { poll_own_completions(); }
-    bool peer_handled_all(PeerId to) override;
     void set_holding(bool holding) override;
     void report_handled_promptly(PeerId from) override;
     void set_peer_connected(std::function<void(PeerId)> f) override { peer_connected_ = std::move(f); }
@@ -161,6 +159,7 @@ private:
     int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
     void remote_done(const ibv_wc &wc);
     void poll_own_completions();
+    bool handled_all(const OutConn &c);
     int drain_stash(const MessageHandler &handler);
     void check_timeouts();
     bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
