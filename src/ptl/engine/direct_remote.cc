@@ -12,11 +12,14 @@
 // both ends) posts what the target's ACK or REPLY would have: SEND and ACK for a put, REPLY
 // for a get. Atomics keep the message path: the target's CPU applies every atomic on an
 // entry, one mechanism whichever path the others took.
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "../util/clock.h"
+#include "../wire/tcp/tcp_wire.h"
 #ifdef PTL_HAVE_VERBS
 #include "../wire/verbs/verbs_wire.h"
 #endif
@@ -233,6 +236,10 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait)
             break;
         }
         rdma_->progress(deliver_);
+        // A holder's death shows on its tcp connection (setup and liveness): read it, or a
+        // process tearing down after its peer exited waits out the whole bound.
+        if (tcp_) tcp_->progress(tcp_deliver_, monotonic_ns());
+        sched_yield();
     }
     revoking_ = false;
     for (uint32_t s : slots) {
