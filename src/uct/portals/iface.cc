@@ -393,13 +393,10 @@ extern "C" void uct_portals_iface_progress_disable(uct_iface_h tl_iface, unsigne
 namespace {
 
 Op *start_op(Op *op, Ep *ep, OpType t, uct_completion_t *comp) {
-    // The operands and the fetched value belong to the engine from the call on (take_op
-    // follows it, and an operation on ourselves has its REPLY written before the call returns).
-    const uint64_t operand = op->operand, compare = op->compare, fetched = op->fetched;
-    *op = Op{};
-    op->operand = operand;
-    op->compare = compare;
-    op->fetched = fetched;
+    // Not the engine's words: take_op follows the call, and the REPLY may be written by then
+    // (an operation on ourselves, or the progress thread). Copying them out and back lost
+    // one written in between: a fetch returned the previous fetch's value.
+    static_cast<OpState &>(*op) = OpState{};
     op->type = t;
     op->ep = ep;
     op->comp = comp;
