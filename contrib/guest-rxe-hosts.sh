@@ -33,6 +33,7 @@ cleanup() {
   while [ "$i" -lt "$n" ]; do
     rdma link delete "rxe$i" 2>/dev/null || true
     ip rule del pref $((100 + i)) 2>/dev/null || true
+    ip rule del pref $((50 + i)) 2>/dev/null || true
     ip link del "rdma$i" 2>/dev/null || true
     i=$((i + 1))
   done
@@ -63,6 +64,9 @@ while [ "$i" -lt "$n" ]; do
   ip addr add "$addr/24" dev "rdma$i"
   ip link set "rdma$i" up
   sysctl -qw "net.ipv4.conf.rdma$i.rp_filter=0" "net.ipv4.conf.rdma$i.accept_local=1"
+  # Except to itself: a process's QP connected to its own device (its device atomics on its
+  # own memory) resolves its own address locally, as on any machine.
+  ip rule add pref $((50 + i)) from "$addr" to "$addr" lookup local
   ip rule add pref $((100 + i)) from "$addr" iif lo lookup $((100 + i))
   ip route add 10.88.0.0/24 dev "rdma$i" src "$addr" table $((100 + i))
   rdma link add "rxe$i" type rxe netdev "rdma$i"

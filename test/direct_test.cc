@@ -195,8 +195,8 @@ TEST_F(Direct, G10_PutsGetsAndAtomicsLandWhileTheTargetNeverCallsIn) {
 }
 
 // G10 where the target is on another host (run_verbs_guest.sh: RDMA between them): puts and
-// gets, small and large, land while the target never calls in once it has met the initiator.
-// Atomics and counted puts keep the message path there (README), so they are not tried here.
+// gets, small and large, land while the target never calls in once it has met the initiator
+// (atomics: F41 below).
 TEST_F(Direct, G10_PutsAndGetsLandWhileTheTargetNeverCallsInAfterMeeting) {
     constexpr size_t kBig = 64 * 1024, kBigAt = 256 * 1024;
     if (me_) {
@@ -246,6 +246,123 @@ TEST_F(Direct, G10_PutsAndGetsLandWhileTheTargetNeverCallsInAfterMeeting) {
     ASSERT_EQ(PtlPut(md, ptl_size_t(&five), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
     EXPECT_EQ(response(), PTL_NI_OK);  // the ACK, without the target
     ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// F40-F42 where the target is on another host: 8-byte integer sums, differences and
+// compare-and-swaps are device atomics there (remote_exports.h), so they land, and fetch, while
+// the target never calls in once it has met the initiator.
+TEST_F(Direct, F41_DeviceAtomicsLandWhileTheTargetNeverCallsInAfterMeeting) {
+    constexpr int kFetches = 200, kAdds = 100;
+    if (me_) {
+        append_heap();
+        ASSERT_NO_FATAL_FAILURE(meet());
+        ASSERT_EQ(ptlrt_barrier(), 0);  // from here on no Portals call until word 0 says 5
+        EXPECT_TRUE(spin_until([&] { return *word(heap_, 0) == 5; })) << "the last put never landed";
+        EXPECT_EQ(*word(heap_, 10), kFetches - 7);  // fetched adds of 1, one difference of 7
+        EXPECT_EQ(*word(heap_, 11), 42);            // the compare-and-swap that matched
+        EXPECT_EQ(*word(heap_, 12), 2 * kAdds);     // adds of 2 nobody acknowledged
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_NO_FATAL_FAILURE(meet());
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    int64_t one = 1, two = 2, seven = 7, before = -1;
+    for (int i = 0; i < kFetches; ++i) {
+        ASSERT_EQ(PtlFetchAtomic(md, ptl_size_t(&before), md, ptl_size_t(&one), 8, to(kTarget), pt_, 0,
+                                 10 * 8, nullptr, 0, PTL_SUM, PTL_INT64_T),
+                  PTL_OK);
+        ASSERT_EQ(response(), PTL_NI_OK);
+        ASSERT_EQ(before, i) << "each fetch returns the word before its own add";
+    }
+    for (int i = 0; i < kAdds; ++i)
+        ASSERT_EQ(PtlAtomic(md, ptl_size_t(&two), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0, 12 * 8, nullptr, 0,
+                            PTL_SUM, PTL_UINT64_T),
+                  PTL_OK);
+    ASSERT_EQ(PtlAtomic(md, ptl_size_t(&seven), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 10 * 8, nullptr, 0,
+                        PTL_DIFF, PTL_INT64_T),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    int64_t zero = 0, fortytwo = 42, fortythree = 43, old = 99;
+    ASSERT_EQ(PtlSwap(md, ptl_size_t(&old), md, ptl_size_t(&fortytwo), 8, to(kTarget), pt_, 0, 11 * 8,
+                      nullptr, 0, &zero, PTL_CSWAP, PTL_INT64_T),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    EXPECT_EQ(old, 0);
+    ASSERT_EQ(PtlSwap(md, ptl_size_t(&old), md, ptl_size_t(&fortythree), 8, to(kTarget), pt_, 0, 11 * 8,
+                      nullptr, 0, &zero, PTL_CSWAP, PTL_INT64_T),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    EXPECT_EQ(old, 42) << "a compare-and-swap that did not match returns the word and leaves it";
+    int64_t five = 5;
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&five), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
+// F41 and issue 32's atomicity rule: fetch-adds on one word are atomic with each other
+// whichever path each took. The initiator's go direct (the device between hosts, CPU atomics
+// on one host); the target's own go through its engine, with the same mechanism. The fetched
+// values are every number below the total, each once; then the same for 4-byte words, which
+// the device never touches.
+TEST_F(Direct, F41_FetchAddsAreAtomicWhicheverPathEachTookAfterMeeting) {
+    constexpr int kEach = 300;
+    ptl_handle_md_t md = bind_all();
+    if (me_) append_heap();
+    ASSERT_NO_FATAL_FAILURE(meet());
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    for (ptl_datatype_t type : {PTL_INT64_T, PTL_INT32_T}) {
+        const size_t size = type == PTL_INT64_T ? 8 : 4;
+        const ptl_size_t at = type == PTL_INT64_T ? 20 * 8 : 21 * 8;
+        std::vector<int64_t> mine;
+        int64_t one64 = 1, got64 = 0;
+        int32_t one32 = 1, got32 = 0;
+        void *one = size == 8 ? static_cast<void *>(&one64) : &one32;
+        void *got = size == 8 ? static_cast<void *>(&got64) : &got32;
+        for (int i = 0; i < kEach; ++i) {
+            ASSERT_EQ(PtlFetchAtomic(md, ptl_size_t(got), md, ptl_size_t(one), size, to(kTarget), pt_, 0, at,
+                                     nullptr, 0, PTL_SUM, type),
+                      PTL_OK);
+            ASSERT_EQ(response(), PTL_NI_OK);
+            mine.push_back(size == 8 ? got64 : got32);
+        }
+        // The initiator's values to the target, then a flag the acknowledgement says landed
+        // after them; the target calls in meanwhile (the message path needs it).
+        if (!me_) {
+            for (int i = 0; i < kEach; ++i)
+                ASSERT_EQ(PtlPut(md, ptl_size_t(&mine[size_t(i)]), 8, PTL_NO_ACK_REQ, to(kTarget), pt_, 0,
+                                 (1000 + i) * 8, nullptr, 0),
+                          PTL_OK);
+            const int64_t done = int64_t(size);
+            ASSERT_EQ(PtlPut(md, ptl_size_t(&done), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 999 * 8, nullptr, 0),
+                      PTL_OK);
+            EXPECT_EQ(response(), PTL_NI_OK);
+        } else {
+            // One more call after the flag: its ACK may wait for our next progress (tcp).
+            EXPECT_TRUE(spin_until([&] {
+                ptl_event_t unused;
+                const bool done = *word(heap_, 999) == int64_t(size);
+                PtlEQGet(eq_, &unused);
+                return done;
+            })) << "the initiator never finished";
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        if (me_) {
+            std::vector<bool> seen(2 * kEach);
+            for (int i = 0; i < 2 * kEach; ++i) {
+                const int64_t v = i < kEach ? mine[size_t(i)] : *word(heap_, 1000 + i - kEach);
+                ASSERT_TRUE(v >= 0 && v < 2 * kEach && !seen[size_t(v)])
+                    << size << "-byte fetch-add returned " << v << " twice or out of range";
+                seen[size_t(v)] = true;
+            }
+            const int64_t total =
+                size == 8 ? *word(heap_, 20) : *reinterpret_cast<volatile int32_t *>(word(heap_, 21));
+            EXPECT_EQ(total, 2 * kEach);
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);
+    }
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }
 

@@ -4,7 +4,8 @@
 # multi-host suite (test/run_multihost.sh) in it, so every process on another host is reached
 # over RDMA: the multi-process suite, peer failure (a killed peer, a silent host), ucx_perftest
 # over UCX_TLS=portals, mpirun/oshrun/Hydra jobs; the direct path's suite (test/direct_test.cc)
-# with the target on another host, where puts and gets are RDMA writes and reads. Then checks
+# with the target on another host, where puts and gets are RDMA writes and reads, 64-bit
+# sums and compare-and-swaps device atomics. Then checks
 # that each device carried RDMA traffic, so a silent fallback to tcp fails the test.
 #   test/run_verbs_guest.sh [BUILD_DIR]   (default: _build)
 # Exit status 77 (skipped) where no virtual machine can run.
@@ -25,7 +26,7 @@ export PTL_TEST_OMPI_FLAGS="--mca orte_base_help_aggregate 0"
 $top/contrib/guest-rxe-hosts.sh 4 sh -c '
   $top/test/run_multihost.sh || exit 1
   set -- \$NETNS_HOSTS
-  echo "== PTL_PROGRESS=manual direct_tests, 2 ranks on 2 hosts: puts, gets and counted puts land by RDMA while the target never calls in"
+  echo "== PTL_PROGRESS=manual direct_tests, 2 ranks on 2 hosts: puts, gets, counted puts and atomics land by RDMA while the target never calls in"
   NETNS_HOSTS="\$1 \$2" PTL_PROGRESS=manual $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh \
     $build/test/direct_tests --gtest_brief=1 --gtest_filter="*AfterMeeting*:*O6_*:*A10_*:*F12_*:*U4_*:*C5_*:*F1_*" || exit 1
   echo "== RDMA traffic per device"

@@ -163,6 +163,39 @@ void apply_in_place(ptl_op_t op, ptl_datatype_t dt, void *target, const void *sr
     }
 }
 
+bool apply_by_word_atomics(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
+                           size_t len, void *fetched, WordAtomics &dev) {
+    if (datatype_size(dt) != 8) return false;
+    const bool integral = dt == PTL_INT64_T || dt == PTL_UINT64_T;
+    uint64_t *t = static_cast<uint64_t *>(target);
+    const char *sp = static_cast<const char *>(src);
+    char *fp = static_cast<char *>(fetched);
+    for (size_t k = 0; k < len / 8; ++k) {
+        uint64_t v, old = 0;
+        std::memcpy(&v, sp + k * 8, 8);
+        bool ok;
+        if (integral && (op == PTL_SUM || op == PTL_DIFF)) {
+            ok = dev.fetch_add(t + k, op == PTL_SUM ? v : uint64_t(0) - v, &old);
+        } else if (integral && op == PTL_CSWAP && operand) {
+            uint64_t expect;
+            std::memcpy(&expect, operand, 8);
+            ok = dev.compare_swap(t + k, expect, v, &old);
+        } else {
+            // A first guess from memory; each failed swap returns the word as it is.
+            uint64_t seen = __atomic_load_n(t + k, __ATOMIC_RELAXED);
+            for (;;) {
+                uint64_t next = seen;
+                apply(op, dt, &next, sp + k * 8, operand, 8);
+                if (!(ok = dev.compare_swap(t + k, seen, next, &old)) || old == seen) break;
+                seen = old;
+            }
+        }
+        if (!ok) return false;
+        if (fp) std::memcpy(fp + k * 8, &old, 8);
+    }
+    return true;
+}
+
 bool legal(ptl_op_t op, ptl_datatype_t dt, Call call) {
     const Kind k = kind_of(dt);
     if (k == Kind::Invalid) return false;

@@ -54,4 +54,21 @@ inline bool in_place_capable(ptl_datatype_t dt, const void *target, size_t len) 
 void apply_in_place(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
                     size_t len, void *fetched);
 
+// Fetch-and-add and compare-and-swap on one aligned 8-byte word, done by something other than
+// this CPU (an RDMA device, whose atomics are atomic only with its own); false if it failed.
+class WordAtomics {
+public:
+    virtual bool fetch_add(uint64_t *word, uint64_t add, uint64_t *old) = 0;
+    virtual bool compare_swap(uint64_t *word, uint64_t expect, uint64_t desired, uint64_t *old) = 0;
+
+protected:
+    ~WordAtomics() = default;
+};
+
+// As apply_in_place for a datatype of 8 bytes, every change made by `dev`: integer sum and
+// difference as fetch-and-add, integer compare-and-swap as itself, every other operation as a
+// compare-and-swap loop. False (memory partly changed) if `dev` failed.
+bool apply_by_word_atomics(ptl_op_t op, ptl_datatype_t dt, void *target, const void *src, const void *operand,
+                           size_t len, void *fetched, WordAtomics &dev);
+
 }  // namespace ptl::atomics

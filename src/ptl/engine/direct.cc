@@ -102,6 +102,7 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     s.is_me = e->is_me;
     s.counter = counted ? remote_counter(e->ct) : -1;
     s.count_bytes = (e->opts() & PTL_ME_EVENT_CT_BYTES) != 0;
+    s.device_atomics = device_atomics_on_;
     s.gen.fetch_add(1, std::memory_order_release);  // odd: live
     exports_->header.version.fetch_add(1, std::memory_order_release);
     export_owner_[i] = e;
@@ -111,10 +112,8 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
               e->is_me ? "me" : "le", e->handle, i, (unsigned long long)s.length);
 }
 
-void Engine::revoke_export(Pt &pt, Entry *e) {
-    if (e->remote_slot >= 0) revoke_remote(&e, 1);  // first: its registration pins the shared pages
-    if (e->export_slot < 0) return;
-    const uint32_t i = uint32_t(e->export_slot);
+// Makes slot i dead and returns once no peer is inside it.
+void Engine::close_slot(uint32_t i) {
     direct::Slot &s = exports_->slots[i];
     s.gen.fetch_add(1, std::memory_order_seq_cst);  // even: dead
     exports_->header.version.fetch_add(1, std::memory_order_release);
@@ -132,13 +131,38 @@ void Engine::revoke_export(Pt &pt, Entry *e) {
             if (os_process_gone(m.os_pid.load(std::memory_order_relaxed))) break;
             if (monotonic_ns() > warn_at) {
                 std::fprintf(stderr,
-                             "portals: process %d has been inside an unlinked entry for 10 s; going on\n",
+                             "portals: process %d has been inside a revoked entry for 10 s; going on\n",
                              int(m.os_pid.load(std::memory_order_relaxed)));
                 break;
             }
             sched_yield();
         }
     }
+}
+
+// The first peer that may reach us by RDMA: from now on 8-byte atomics on our registered
+// memory are the device's (remote_exports.h), so peers on this host stop applying them with
+// CPU atomics first. Not before: a job on one host keeps them direct.
+void Engine::enable_device_atomics() {
+    if (device_atomics_on_ || !rdma_ || !rdma_->remote_atomics()) return;
+    device_atomics_on_ = true;
+    if (!exports_) return;
+    for (uint32_t i = 0; i < direct::kSlots; ++i) {
+        if (!export_owner_[i]) continue;
+        close_slot(i);  // a peer may be inside with a CPU atomic
+        direct::Slot &s = exports_->slots[i];
+        s.device_atomics = 1;
+        s.gen.fetch_add(1, std::memory_order_release);  // odd: live again, with the new rule
+        exports_->header.version.fetch_add(1, std::memory_order_release);
+    }
+}
+
+void Engine::revoke_export(Pt &pt, Entry *e) {
+    if (e->remote_slot >= 0) revoke_remote(&e, 1);  // first: its registration pins the shared pages
+    if (e->export_slot < 0) return;
+    const uint32_t i = uint32_t(e->export_slot);
+    direct::Slot &s = exports_->slots[i];
+    close_slot(i);
     shm_->release_pages(s.fd);
     export_owner_[i] = nullptr;
     e->export_slot = -1;
@@ -270,11 +294,7 @@ template <TrigKind kind>
 int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call) {
     // The last peer's table is the common case: every peer that has one passed the checks.
     direct::PeerTable *table = last_table_ && last_table_peer_ == c.peer ? last_table_ : peer_table(c.peer);
-    if (!table) {
-        if constexpr (kind == TrigKind::Put || kind == TrigKind::Get)
-            if (rdma_) return try_remote_of<kind>(a, c);
-        return kNotDirect;
-    }
+    if (!table) return rdma_ ? try_remote_of<kind>(a, c) : kNotDirect;
     direct::Area *area = table->area();
     Ni *n = c.ni;
     direct::Target &t = table->find(uint8_t(n->index), uint16_t(a.pt_index), a.match_bits, n->matching());
@@ -307,7 +327,10 @@ int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call)
     }
     char *at = t.mapped + off;
     const bool atomic = kind != TrigKind::Put && kind != TrigKind::Get;
-    if (atomic && !atomics::in_place_capable(a.datatype, at, len)) return kNotDirect;
+    // 8-byte atomics where peers on other hosts apply them with the device: the owner does.
+    if (atomic && (!atomics::in_place_capable(a.datatype, at, len) ||
+                   (t.device_atomics && atomics::datatype_size(a.datatype) == 8)))
+        return kNotDirect;
     const int i = t.slot;
     const uint64_t gen = t.gen;
 

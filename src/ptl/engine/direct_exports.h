@@ -64,6 +64,9 @@ struct alignas(128) Slot {
     uint8_t is_me;
     int32_t counter;       // the entry's CT's counter, or -1: no counting event
     uint32_t count_bytes;  // PTL_LE_EVENT_CT_BYTES: the counter takes bytes, not operations
+    // Peers on other hosts may apply 8-byte atomics here with an RDMA device (remote_exports.h):
+    // initiators on this host leave those to the owner.
+    uint32_t device_atomics;
 };
 static_assert(sizeof(Slot) == 128);
 
@@ -90,6 +93,7 @@ struct Target {
     uint32_t uid = 0;
     int32_t counter = -1;
     bool count_bytes = false;
+    bool device_atomics = false;
 };
 
 // Which entry an operation names: (NI, portal, ME or LE) and an ME's match bits. Also the
@@ -169,6 +173,7 @@ private:
             t.uid = s.uid;
             t.counter = s.counter >= 0 && uint32_t(s.counter) < kCounters ? s.counter : -1;
             t.count_bytes = s.count_bytes;
+            t.device_atomics = s.device_atomics != 0;
             // Read after the fields: unchanged, they are the live slot's (a seqlock's check).
             std::atomic_thread_fence(std::memory_order_acquire);
             if (s.gen.load(std::memory_order_relaxed) != gen) return Target{};

@@ -23,6 +23,7 @@
 #ifdef PTL_HAVE_VERBS
 #include "../wire/verbs/verbs_wire.h"
 #endif
+#include "atomic_ops.h"
 #include "engine.h"
 #include "events.h"
 
@@ -44,7 +45,8 @@ void Engine::open_remote() {
     rdma_ = cfg_.direct && verbs_ ? verbs_.get() : nullptr;
 #endif
     if (!rdma_) return;
-    rdma_->set_remote_done([this](uint64_t cookie, bool ok) { on_remote_done(cookie, ok); });
+    rdma_->set_remote_done(
+        [this](uint64_t cookie, bool ok, uint64_t fetched) { on_remote_done(cookie, ok, fetched); });
     // Without device atomics, entries that count keep the message path.
     if (rdma_->remote_counts()) {
         nic_counts_.reset(new std::atomic<uint64_t>[direct::kCounters]());
@@ -69,6 +71,7 @@ void Engine::add_holder(PeerId p) {
         acks_owed_.push_back(0);
     }
     rdma_->report_handled_promptly(p);
+    enable_device_atomics();
     for (uint32_t s = 0; s < remote_exports_.size(); ++s)
         if (remote_exports_[s].entry) send_export_info(p, s);
     PTL_TRACE(trace_.get(), "0x%x:%u connected: told of our %zu RDMA exports", p.nid, p.pid,
@@ -90,6 +93,7 @@ void Engine::close_remote() {
     nic_owner_.clear();
     holders_.clear();
     acks_owed_.clear();
+    device_atomics_on_ = false;
     remote_peers_.clear();
     last_remote_ = nullptr;
     remote_ops_.clear();
@@ -112,8 +116,9 @@ void Engine::export_remote(Ni *n, Pt &pt, Entry *e) {
     // ones at the same addresses, must come first.
     if (exports_ && e->export_slot < 0) return;
     uint64_t key = 0, handle = 0;
-    if (!rdma_->remote_register(e->region.start, e->region.length, (o & PTL_ME_OP_PUT) != 0, false, &key,
-                                &handle)) {
+    const bool device_atomics = (o & PTL_ME_OP_PUT) && rdma_->remote_atomics();
+    if (!rdma_->remote_register(e->region.start, e->region.length, (o & PTL_ME_OP_PUT) != 0, device_atomics,
+                                &key, &handle)) {
         PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported by RDMA: its memory cannot be registered",
                   n->index, e->pt, e->is_me ? "me" : "le", e->handle);
         return;
@@ -125,6 +130,7 @@ void Engine::export_remote(Ni *n, Pt &pt, Entry *e) {
     x.entry = e;
     x.handle = handle;
     x.key = key;
+    x.device_atomics = device_atomics;
     ++x.gen;
     e->remote_slot = int32_t(slot);
     if (counted) nic_counter(e->ct);
@@ -148,13 +154,14 @@ void Engine::send_export_info(PeerId to, uint32_t slot) {
     h.hdr_data = x.key;
     h.mlength = e.opts();
     h.op_id = uint64_t(slot) << 32 | x.gen;
-    direct::RemoteCountInfo count;
+    direct::RemoteExportInfo info;
     if (e.ct && (e.opts() & PTL_ME_EVENT_CT_COMM) && e.ct->nic_slot >= 0) {
-        count.addr = reinterpret_cast<uint64_t>(&nic_counts_[size_t(e.ct->nic_slot)]);
-        count.key = nic_counts_key_;
-        count.count_bytes = (e.opts() & PTL_ME_EVENT_CT_BYTES) != 0;
+        info.addr = reinterpret_cast<uint64_t>(&nic_counts_[size_t(e.ct->nic_slot)]);
+        info.key = nic_counts_key_;
+        info.count_bytes = (e.opts() & PTL_ME_EVENT_CT_BYTES) != 0;
     }
-    iovec v{&count, sizeof count};
+    info.device_atomics = x.device_atomics;
+    iovec v{&info, sizeof info};
     send(to, h, &v, 1);
 }
 
@@ -275,7 +282,7 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
                 direct::entry_key(h.ni_index, h.pt_index, h.match_bits, h.atomic_type);
             if (auto old = rp.by_slot.find(slot); old != rp.by_slot.end()) rp.by_key.erase(old->second);
             direct::RemoteTarget t{h.remote_offset, h.length, h.hdr_data, uint32_t(h.mlength), h.uid, {}};
-            if (m.payload_len >= sizeof t.count) std::memcpy(&t.count, m.payload, sizeof t.count);
+            if (m.payload_len >= sizeof t.info) std::memcpy(&t.info, m.payload, sizeof t.info);
             rp.by_key[key] = t;
             rp.by_slot[slot] = key;
             break;
@@ -309,7 +316,6 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
 
 template <TrigKind kind>
 int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
-    static_assert(kind == TrigKind::Put || kind == TrigKind::Get);
     // The last peer's exports are the common case (one-sided traffic mostly goes to one).
     if (!last_remote_ || !(last_remote_peer_ == c.peer)) {
         const auto peer = remote_peers_.find(c.peer);
@@ -323,19 +329,23 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
     if (it == rp.by_key.end()) return kNotDirect;
     const direct::RemoteTarget &t = it->second;
     constexpr bool get = kind == TrigKind::Get;
-    constexpr unsigned need = get ? PTL_ME_OP_GET : PTL_ME_OP_PUT;
+    constexpr unsigned need = get ? PTL_ME_OP_GET
+                              : kind == TrigKind::Put || kind == TrigKind::Atomic
+                                  ? PTL_ME_OP_PUT
+                                  : PTL_ME_OP_PUT | PTL_ME_OP_GET;
     const uint64_t len = a.length, off = a.remote_offset;
     // Permissions and truncation are the target's to report: the message path takes them.
     if ((t.options & need) != need || (t.uid != PTL_UID_ANY && t.uid != uid_) || off > t.length ||
         len > t.length - off)
         return kNotDirect;
+    if constexpr (kind != TrigKind::Put && kind != TrigKind::Get) return try_remote_atomic<kind>(a, c, t);
     Md *md = get ? c.get_md : c.put_md;
     char *local = md->region.contiguous_at(get ? c.get_off : c.put_off);
     if (!local) return kNotDirect;
     Wire *w = rdma_;  // the peer's exports came over it
     // The entry's count, added by the device right after the data.
     Wire::RemoteCount count;
-    if (t.count.addr) count = {t.count.addr, t.count.key, t.count.count_bytes ? len : 1};
+    if (t.info.addr) count = {t.info.addr, t.info.key, t.info.count_bytes ? len : 1};
     // A small put nobody acknowledges is copied by the wire and done, as a message would be.
     if (!get && c.ack_req == PTL_NO_ACK_REQ && len <= w->remote_inline()) {
         if (!w->remote_access(c.peer, false, local, len, t.addr + off, t.key, kNoCookie, true, count))
@@ -360,14 +370,7 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
     p.send_due = !get;  // the buffer is the NIC's until the write completes
     p.reply_due = get;
     const uint64_t id = n->pending.add(p);
-    uint32_t cookie;
-    if (!free_remote_ops_.empty()) {
-        cookie = free_remote_ops_.back();
-        free_remote_ops_.pop_back();
-    } else {
-        cookie = uint32_t(remote_ops_.size());
-        remote_ops_.emplace_back();
-    }
+    const uint32_t cookie = take_remote_cookie();
     const bool must_copy = !get && (md->desc.options & PTL_MD_VOLATILE);
     if (!w->remote_access(c.peer, get, local, len, t.addr + off, t.key, cookie, must_copy, count)) {
         PendingOp unused;
@@ -375,7 +378,7 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
         free_remote_ops_.push_back(cookie);
         return kNotDirect;
     }
-    remote_ops_[cookie] = direct::RemoteOpRef{id, len, off, c.peer, uint8_t(n->index), get, true};
+    remote_ops_[cookie] = direct::RemoteOpRef{id, len, off, c.peer, uint8_t(n->index), p.op, true};
     ++md->pending;
     if (trace_) [[unlikely]]
         trace_->line("ni%u %s -> 0x%x:%u pt %u bits 0x%llx len %llu: direct by RDMA, op %llu", n->index,
@@ -386,9 +389,109 @@ int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
 
 template int Engine::try_remote_of<TrigKind::Put>(const DataOpArgs &, const CheckedOp &);
 template int Engine::try_remote_of<TrigKind::Get>(const DataOpArgs &, const CheckedOp &);
+template int Engine::try_remote_of<TrigKind::Atomic>(const DataOpArgs &, const CheckedOp &);
+template int Engine::try_remote_of<TrigKind::FetchAtomic>(const DataOpArgs &, const CheckedOp &);
+template int Engine::try_remote_of<TrigKind::Swap>(const DataOpArgs &, const CheckedOp &);
+
+uint32_t Engine::take_remote_cookie() {
+    if (free_remote_ops_.empty()) {
+        remote_ops_.emplace_back();
+        return uint32_t(remote_ops_.size() - 1);
+    }
+    const uint32_t cookie = free_remote_ops_.back();
+    free_remote_ops_.pop_back();
+    return cookie;
+}
+
+// One 8-byte integer sum, difference or compare-and-swap, as the device does them; the rest
+// (other types and operations, several elements) go to the owner, which applies them through
+// its device too.
+template <TrigKind kind>
+int Engine::try_remote_atomic(const DataOpArgs &a, const CheckedOp &c, const direct::RemoteTarget &t) {
+    if (!t.info.device_atomics || a.length != 8 || (a.datatype != PTL_INT64_T && a.datatype != PTL_UINT64_T))
+        return kNotDirect;
+    Wire::AtomicOp op;
+    uint64_t value = 0, compare = 0;
+    if (!c.put_md->region.read(c.put_off, &value, 8, false)) return kNotDirect;
+    if (kind == TrigKind::Swap && a.op == PTL_CSWAP) {
+        op = Wire::AtomicOp::CompareSwap;
+        std::memcpy(&compare, a.operand, 8);
+    } else if (kind != TrigKind::Swap && (a.op == PTL_SUM || a.op == PTL_DIFF)) {
+        op = Wire::AtomicOp::FetchAdd;
+        if (a.op == PTL_DIFF) value = uint64_t(0) - value;
+    } else {
+        return kNotDirect;
+    }
+    Ni *n = c.ni;
+    Wire::RemoteCount count;
+    if (t.info.addr) count = {t.info.addr, t.info.key, t.info.count_bytes ? 8u : 1u};
+    const uint64_t raddr = t.addr + a.remote_offset;
+    // The operand travels in the work request: the put buffer is free at once.
+    if (kind == TrigKind::Atomic && c.ack_req == PTL_NO_ACK_REQ) {
+        if (!rdma_->remote_atomic(c.peer, op, raddr, t.key, value, compare, kNoCookie, count))
+            return kNotDirect;
+        initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, 8, 0, 0, a.user_ptr, true);
+        return PTL_OK;
+    }
+    PendingOp p{};
+    p.op = proto_op(kind);
+    p.put_md = c.put_md->handle;
+    p.get_md = c.get_md ? c.get_md->handle : PTL_INVALID_HANDLE;
+    p.local_get_offset = c.get_off;
+    p.length = 8;
+    p.user_ptr = a.user_ptr;
+    p.peer = c.peer;
+    p.ack_req = c.ack_req;
+    p.reply_due = c.get_md != nullptr;
+    const uint64_t id = n->pending.add(p);
+    const uint32_t cookie = take_remote_cookie();
+    if (!rdma_->remote_atomic(c.peer, op, raddr, t.key, value, compare, cookie, count)) {
+        PendingOp unused;
+        n->pending.take(id, &unused);
+        free_remote_ops_.push_back(cookie);
+        return kNotDirect;
+    }
+    remote_ops_[cookie] = direct::RemoteOpRef{id, 8, a.remote_offset, c.peer, uint8_t(n->index), p.op, true};
+    if (c.get_md) ++c.get_md->pending;
+    initiator_event(c.put_md, PTL_EVENT_SEND, PTL_NI_OK, 8, 0, 0, a.user_ptr, true);
+    if (trace_) [[unlikely]]
+        trace_->line("ni%u %s -> 0x%x:%u pt %u bits 0x%llx: device atomic, op %llu", n->index,
+                     proto::op_name(p.op), c.peer.nid, c.peer.pid, a.pt_index,
+                     (unsigned long long)a.match_bits, (unsigned long long)id);
+    return PTL_OK;
+}
+
+uint64_t Engine::device_atomics_key(const void *at, size_t len) const {
+    if (!device_atomics_on_) return 0;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(at);
+    for (const direct::RemoteExport &x : remote_exports_) {
+        if (!x.entry || !x.device_atomics) continue;
+        const uintptr_t start = reinterpret_cast<uintptr_t>(x.entry->region.start);
+        if (a >= start && a + len <= start + x.entry->region.length) return x.key;
+    }
+    return 0;
+}
+
+bool Engine::apply_by_device(ptl_op_t op, ptl_datatype_t type, void *at, const void *data,
+                             const void *operand, size_t len, void *fetched) {
+    struct Device final : atomics::WordAtomics {
+        Wire *w;
+        uint64_t key;
+        Device(Wire *wire, uint64_t k) : w(wire), key(k) {}
+        bool fetch_add(uint64_t *word, uint64_t add, uint64_t *old) override {
+            return w->own_atomic(Wire::AtomicOp::FetchAdd, reinterpret_cast<uint64_t>(word), key, add, 0,
+                                 old);
+        }
+        bool compare_swap(uint64_t *word, uint64_t expect, uint64_t desired, uint64_t *old) override {
+            return w->own_atomic(Wire::AtomicOp::CompareSwap, reinterpret_cast<uint64_t>(word), key, desired,
+                                 expect, old);
+        }
+    } dev(rdma_, device_atomics_key(at, len));
+    return atomics::apply_by_word_atomics(op, type, at, data, operand, len, fetched, dev);
+}
 
 // From the RDMA wire's progress, under the lock: what the target's response would have done.
-void Engine::on_remote_done(uint64_t cookie, bool ok) {
+void Engine::on_remote_done(uint64_t cookie, bool ok, uint64_t fetched) {
     if (cookie >= remote_ops_.size() || !remote_ops_[cookie].live) return;
     const direct::RemoteOpRef r = remote_ops_[cookie];
     remote_ops_[cookie].live = false;
@@ -399,17 +502,20 @@ void Engine::on_remote_done(uint64_t cookie, bool ok) {
         fail_op(n, r.op_id, PTL_NI_UNDELIVERABLE);
         return;
     }
+    const bool reply = r.op == proto::kGet || r.op == proto::kFetchAtomic || r.op == proto::kSwap;
     proto::Header h{};
-    h.op = r.read ? proto::kReply : proto::kAck;
+    h.op = reply ? proto::kReply : proto::kAck;
     h.ni_index = r.ni;
     h.ni_fail = PTL_NI_OK;
     h.ptl_list = PTL_PRIORITY_LIST;
     h.mlength = r.length;
     h.remote_offset = r.offset;
     h.op_id = r.op_id;
-    if (r.read) {
+    if (r.op == proto::kGet) {
         h.flags = proto::kDataWritten;
         on_reply(n, r.peer, h, nullptr, 0);
+    } else if (reply) {
+        on_reply(n, r.peer, h, &fetched, sizeof fetched);  // the word before (little-endian, as our CPU's)
     } else {
         on_ack(n, r.peer, h);
     }

@@ -260,6 +260,8 @@ private:
     void export_shared(Ni *n, Pt &pt, Entry *e);
     // Returns once no peer is inside the entry's memory or can enter it.
     void revoke_export(Pt &pt, Entry *e);
+    void close_slot(uint32_t i);
+    void enable_device_atomics();
     void revoke_exports(const Ni *n, ptl_pt_index_t pti, bool whole_ni);
     // Exports what became the entry the match picks after `removed` left (null: the portal's
     // every candidate, as after PtlPTEnable).
@@ -270,8 +272,11 @@ private:
     void take_remote_counts();
     void release_remote_counter(Ct *c);
     int32_t remote_counter(Ct *c);  // the export table's counter for `c`, given on first use
-    bool cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
-                     size_t data_len) const;
+    enum class SharedAtomics { No, Cpu, Device };
+    SharedAtomics shared_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
+                                 size_t data_len) const;
+    bool apply_shared(SharedAtomics how, ptl_op_t op, ptl_datatype_t type, void *at, const void *data,
+                      const void *operand, size_t len, void *fetched);
     // The table of a peer the direct path may reach (same host, shm wire), or nullptr.
     direct::PeerTable *peer_table(PeerId p);
     // kNotDirect: the message path's turn; else done, PTL_OK or, `in_call` (an API call, not a
@@ -296,7 +301,15 @@ private:
     void on_direct_control(const InMessage &m, const proto::Header &h);
     template <TrigKind kind>
     int try_remote_of(const DataOpArgs &a, const CheckedOp &c);
-    void on_remote_done(uint64_t cookie, bool ok);
+    template <TrigKind kind>
+    int try_remote_atomic(const DataOpArgs &a, const CheckedOp &c, const direct::RemoteTarget &t);
+    uint32_t take_remote_cookie();
+    void on_remote_done(uint64_t cookie, bool ok, uint64_t fetched);
+    // The key of our registration that peers' device atomics reach [at, +len) through, or 0.
+    uint64_t device_atomics_key(const void *at, size_t len) const;
+    // Our own atomics there, through the device (false: it failed).
+    bool apply_by_device(ptl_op_t op, ptl_datatype_t type, void *at, const void *data, const void *operand,
+                         size_t len, void *fetched);
     int32_t nic_counter(Ct *c);  // the registered counter word peers add `c`'s counts to
     void release_nic_counter(Ct *c);
     void take_nic_counts();
@@ -401,6 +414,7 @@ private:
     PeerId last_remote_peer_{};
     direct::RemotePeer *last_remote_ = nullptr;    // remote_peers_'s node for it (nodes stay put)
     std::vector<direct::RemoteOpRef> remote_ops_;  // by the wire's cookie
+    bool device_atomics_on_ = false;  // a peer may apply device atomics to our memory (enable_device_atomics)
     // Counter words peers' RDMA fetch-and-adds land in (one per CT that counts exported entries).
     std::unique_ptr<std::atomic<uint64_t>[]> nic_counts_;
     uint64_t nic_counts_handle_ = 0, nic_counts_key_ = 0;

@@ -14,6 +14,12 @@
 // operation there, which costs it the connection (the wire reports the peer failed). Closing an
 // NI does not wait: nothing may reach a closed NI, and its holders are usually closing too.
 //
+// Atomics: where the device does atomics, an entry's memory is registered for them too and
+// its kExportInfo says so; holders then apply 8-byte integer sums, differences and
+// compare-and-swaps with device atomics, and the owner applies every other 8-byte atomic there
+// through the device as well (its own, its host's peers', and what arrives as messages), since
+// device atomics are atomic only with each other. Smaller ones stay with the owner's CPU.
+//
 // Ordering: an initiator goes direct only while the wire says the target's engine has handled
 // every message it sent there (Wire::remote_access refuses otherwise), and RC keeps RDMA operations in order
 // with the messages around them (and each count with its data).
@@ -39,14 +45,16 @@ struct RemoteExport {
     uint64_t handle = 0;     // the wire's registration
     uint64_t key = 0;
     uint32_t gen = 0;
+    bool device_atomics = false;  // registered for them: 8-byte atomics there go through the device
 };
 
-// A kExportInfo's payload when the entry counts on a CT: where initiators add their counts.
-struct RemoteCountInfo {
+// A kExportInfo's payload: where initiators add their counts when the entry counts on a CT,
+// and whether they may apply atomics there with the device.
+struct RemoteExportInfo {
     uint64_t addr = 0;  // 0: the entry counts nothing
     uint64_t key = 0;
     uint32_t count_bytes = 0;  // PTL_LE_EVENT_CT_BYTES: add bytes, not operations
-    uint32_t reserved = 0;
+    uint32_t device_atomics = 0;
 };
 
 // Initiator side: one entry a peer exported to us.
@@ -56,7 +64,7 @@ struct RemoteTarget {
     uint64_t key = 0;
     uint32_t options = 0;
     uint32_t uid = 0;
-    RemoteCountInfo count;
+    RemoteExportInfo info;
 };
 
 struct RemotePeer {
@@ -71,7 +79,7 @@ struct RemoteOpRef {
     uint64_t offset = 0;
     PeerId peer{};
     uint8_t ni = 0;
-    bool read = false;
+    uint8_t op = 0;  // proto::Op: what the target's response would have been
     bool live = false;
 };
 

@@ -75,20 +75,37 @@ RemotePieces remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
 
 }  // namespace
 
-// Atomics on memory that peers reach directly (direct.cc) are applied with CPU atomics, as
-// the peers apply theirs (the same test they make): one mechanism for that memory whichever
-// path each operation took, also through another entry over the same pages.
-bool Engine::cpu_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset, ptl_size_t mlength,
-                         size_t data_len) const {
-    if (mlength > data_len || !(e.export_slot >= 0 || (exports_ && !e.region.iov))) return false;
+// Atomics on memory that peers reach directly are applied as the peers apply theirs (the same
+// tests they make): one mechanism for that memory whichever path each operation took, also
+// through another entry over the same pages. Peers on other hosts apply 8-byte ones with the
+// RDMA device (direct_remote.cc), whose atomics are not atomic with the CPU's: so do we, and
+// peers on this host leave those to us (direct.cc). The rest, peers on this host apply with
+// CPU atomics.
+Engine::SharedAtomics Engine::shared_atomics(const Entry &e, ptl_datatype_t type, ptl_size_t offset,
+                                             ptl_size_t mlength, size_t data_len) const {
+    if (mlength > data_len || mlength == 0) return SharedAtomics::No;
     const void *at = e.region.address_at(offset);
+    if (!e.region.iov && atomics::datatype_size(type) == 8 && atomics::in_place_capable(type, at, mlength) &&
+        device_atomics_key(at, mlength))
+        return SharedAtomics::Device;
+    if (!(e.export_slot >= 0 || (exports_ && !e.region.iov))) return SharedAtomics::No;
     if (!atomics::in_place_capable(type, at, mlength) ||
         !(e.export_slot >= 0 || shm_->in_adopted_pages(at, mlength)))
-        return false;
+        return SharedAtomics::No;
     // An entry that may cover unmapped memory (no PTL_ME_IS_ACCESSIBLE) fails an access there
     // with PTL_NI_SEGV, never a fault: the application may have unmapped adopted pages since.
     SmallVec<char, 64> probe(mlength);
-    return !e.checked_access() || checked_copy_from(probe.data(), at, mlength);
+    return !e.checked_access() || checked_copy_from(probe.data(), at, mlength) ? SharedAtomics::Cpu
+                                                                               : SharedAtomics::No;
+}
+
+bool Engine::apply_shared(SharedAtomics how, ptl_op_t op, ptl_datatype_t type, void *at, const void *data,
+                          const void *operand, size_t len, void *fetched) {
+    if (how == SharedAtomics::Cpu) {
+        atomics::apply_in_place(op, type, at, data, operand, len, fetched);
+        return true;
+    }
+    return apply_by_device(op, type, at, data, operand, len, fetched);
 }
 
 // Counted on the first NI: a header that does not parse names no NI reliably.
@@ -437,6 +454,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     bool ok = true;
     SmallVec<char, 256> out;  // reply data
     uint8_t reply_flags = 0;
+    const SharedAtomics shared = is_atomic && list == PTL_PRIORITY_LIST
+                                     ? shared_atomics(*e, h.atomic_type, offset, mlength, data_len)
+                                     : SharedAtomics::No;
 
     auto write_in = [&](ptl_size_t len) -> bool {
         if (!rndv) return len <= data_len && e->region.write(offset, data, len, checked);
@@ -450,10 +470,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {
         ok = write_in(mlength);
-    } else if (op == proto::kAtomic && cpu_atomics(*e, h.atomic_type, offset, mlength, data_len)) {
-        // Peers apply atomics to this entry with CPU atomics (direct.cc): so does the target.
-        atomics::apply_in_place(h.atomic_op, h.atomic_type, e->region.address_at(offset), data, operand,
-                                mlength, nullptr);
+    } else if (op == proto::kAtomic && shared != SharedAtomics::No) {
+        ok = apply_shared(shared, h.atomic_op, h.atomic_type, e->region.address_at(offset), data, operand,
+                          mlength, nullptr);
     } else if (op == proto::kAtomic) {
         SmallVec<char, 256> t(mlength);
         ok = mlength <= data_len && e->region.read(offset, t.data(), mlength, checked);
@@ -476,10 +495,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
             out.resize(mlength);
             ok = e->region.read(offset, out.data(), mlength, checked);
         }
-    } else if (cpu_atomics(*e, h.atomic_type, offset, mlength, data_len)) {
+    } else if (shared != SharedAtomics::No) {
         out.resize(mlength);
-        atomics::apply_in_place(h.atomic_op, h.atomic_type, e->region.address_at(offset), data, operand,
-                                mlength, out.data());
+        ok = apply_shared(shared, h.atomic_op, h.atomic_type, e->region.address_at(offset), data, operand,
+                          mlength, out.data());
     } else {
         // Fetching atomic or swap in the priority list: reply with the value before (F41).
         out.resize(mlength);

@@ -113,7 +113,24 @@ public:
                                const RemoteCount &) {
         return false;
     }
-    using RemoteDone = std::function<void(uint64_t cookie, bool ok)>;
+    // Device atomics on an 8-byte word of the peer's (memory it registered `atomic`), ordered
+    // and refused as remote_access, with a RemoteCount likewise; the completion reports the
+    // word's old value as `fetched`.
+    enum class AtomicOp : uint8_t { FetchAdd, CompareSwap };
+    virtual bool remote_atomic(PeerId, AtomicOp, uint64_t /*remote_addr*/, uint64_t /*key*/,
+                               uint64_t /*operand*/, uint64_t /*compare*/, uint64_t /*cookie*/,
+                               const RemoteCount &) {
+        return false;
+    }
+    // Whether remote_atomic and own_atomic work here (the device does atomics).
+    virtual bool remote_atomics() const { return false; }
+    // The same atomic on our own registered word, by the device (so it is atomic with the peers'
+    // device atomics there, which CPU atomics are not), waited for; false if the device failed.
+    virtual bool own_atomic(AtomicOp, uint64_t /*addr*/, uint64_t /*key*/, uint64_t /*operand*/,
+                            uint64_t /*compare*/, uint64_t * /*old*/) {
+        return false;
+    }
+    using RemoteDone = std::function<void(uint64_t cookie, bool ok, uint64_t fetched)>;
     // Writes up to this size are copied in the call (`local` is free at once).
     virtual size_t remote_inline() const { return 0; }
     // Reports the completions of one-sided operations that are already in (see RemoteDone).

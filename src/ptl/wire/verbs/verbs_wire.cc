@@ -115,7 +115,10 @@ bool VerbsWire::init(std::string *err) {
         std::fprintf(stderr, "portals: verbs registrations are not cached (%s)\n", why.c_str());
     cache_ = std::make_unique<RegCache>(dev_->pd(), std::move(unmap_watch), size_t(cfg_.reg_cache_max));
     epoch_seed_ = uint32_t(std::random_device{}());
-    count_mr_ = ibv_reg_mr(dev_->pd(), count_result_, sizeof count_result_, IBV_ACCESS_LOCAL_WRITE);
+    words_.reset(new Words{});
+    words_mr_ = ibv_reg_mr(dev_->pd(), words_.get(), sizeof(Words), IBV_ACCESS_LOCAL_WRITE);
+    for (uint32_t i = kAtomicResults; i > 0; --i) free_results_.push_back(i - 1);
+    if (words_mr_ && dev_->atomics()) open_loopback();
     watcher_ = std::thread([this] { watch(); });
     return true;
 }
@@ -144,7 +147,9 @@ VerbsWire::~VerbsWire() {
     for (RemoteOp &op : remote_ops_)
         if (op.region) cache_->release(op.region);
     cache_.reset();
-    if (count_mr_) ibv_dereg_mr(count_mr_);
+    if (loop_qp_) ibv_destroy_qp(loop_qp_);
+    if (loop_cq_) ibv_destroy_cq(loop_cq_);
+    if (words_mr_) ibv_dereg_mr(words_mr_);
     out_by_id_.clear();
     in_by_id_.clear();
     out_.clear();
@@ -603,6 +608,11 @@ void VerbsWire::remote_done(const ibv_wc &wc) {
     remote_ops_[slot] = RemoteOp{};
     free_remote_ops_.push_back(slot);
     if (op.region) cache_->release(op.region);
+    uint64_t fetched = 0;
+    if (op.result >= 0) {
+        fetched = words_->fetched[op.result];
+        free_results_.push_back(uint32_t(op.result));
+    }
     const bool ok = wc.status == IBV_WC_SUCCESS;
     if (auto it = out_by_id_.find(op.conn); it != out_by_id_.end()) {
         OutConn &c = *it->second;
@@ -612,7 +622,7 @@ void VerbsWire::remote_done(const ibv_wc &wc) {
         // lost to us, as after any failed send.
         if (!ok && c.state != State::Failed) fail_out(c);
     }
-    if (remote_done_) remote_done_(op.cookie, ok);
+    if (remote_done_) remote_done_(op.cookie, ok, fetched);
 }
 
 // Completions are handled in the order the CQ gave them (messages of one connection must reach
@@ -851,17 +861,25 @@ void VerbsWire::report_handled_promptly(PeerId from) {
     if (auto it = in_.find(from); it != in_.end()) it->second->prompt = true;
 }
 
-bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr,
-                              uint64_t key, uint64_t cookie, bool must_copy, const RemoteCount &count) {
+// The connection a one-sided operation to `to` may take now (`need` work requests), or null.
+VerbsWire::OutConn *VerbsWire::ready_for_remote(PeerId to, uint32_t need) {
     auto it = out_.find(to);
-    if (it == out_.end() || len > kRemoteMax || (count.amount && !remote_counts())) return false;
+    if (it == out_.end()) return nullptr;
     OutConn &c = *it->second;
     // A peer the control wire saw die is not written to: its QP would take the retry time to
     // say so.
-    if (!handled_all(c) || control_->peer_dead(to)) return false;
-    const uint32_t need = count.amount ? 2 : 1;
+    if (!handled_all(c) || control_->peer_dead(to)) return nullptr;
     if (c.remote_ops + need > kRemoteWindow) poll_own_completions();
-    if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow) return false;
+    if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow) return nullptr;
+    return &c;
+}
+
+bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr,
+                              uint64_t key, uint64_t cookie, bool must_copy, const RemoteCount &count) {
+    if (len > kRemoteMax || (count.amount && !remote_counts())) return false;
+    OutConn *cp = ready_for_remote(to, count.amount ? 2 : 1);
+    if (!cp) return false;
+    OutConn &c = *cp;
     const bool inlined = !read && len <= dev_->max_inline_data();
     if (must_copy && !inlined) return false;
     RegCache::Region *r = nullptr;
@@ -870,6 +888,24 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
         if (!(r = cache_->acquire(local, len, read))) return false;
         sge.lkey = RegCache::lkey(r);
     }
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = len ? 1 : 0;
+    wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    wr.send_flags = inlined ? IBV_SEND_INLINE : 0;
+    wr.wr.rdma.remote_addr = remote_addr;
+    wr.wr.rdma.rkey = uint32_t(key);
+    if (!post_remote(c, wr, count, RemoteOp{cookie, r, c.id, read, -1})) {
+        if (r) cache_->release(r);
+        return false;
+    }
+    rdma_bytes_ += len;
+    return true;
+}
+
+// Posts `wr` (its slot, signalling and fence filled in here) with the count behind it; on
+// success the slot holds `op` until the completion.
+bool VerbsWire::post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &count, RemoteOp op) {
     auto take_slot = [&] {
         uint32_t s;
         if (!free_remote_ops_.empty()) {
@@ -882,18 +918,12 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
         return s;
     };
     const uint32_t slot = take_slot(), add_slot = count.amount ? take_slot() : 0;
-    ibv_send_wr wr{}, add{}, *bad = nullptr;
+    ibv_send_wr add{}, *bad = nullptr;
     wr.wr_id = wr_id(kRemote, c.id, slot);
-    wr.sg_list = &sge;
-    wr.num_sge = len ? 1 : 0;
-    wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-    wr.send_flags =
-        IBV_SEND_SIGNALED | (inlined ? IBV_SEND_INLINE : 0) | (c.remote_reads ? IBV_SEND_FENCE : 0);
-    wr.wr.rdma.remote_addr = remote_addr;
-    wr.wr.rdma.rkey = uint32_t(key);
+    wr.send_flags |= IBV_SEND_SIGNALED | (c.remote_reads ? IBV_SEND_FENCE : 0);
     // The count after the data: RC executes them in order at the peer, so whoever sees the
     // count sees the data.
-    ibv_sge add_sge{reinterpret_cast<uint64_t>(count_result_), 8, count_mr_ ? count_mr_->lkey : 0};
+    ibv_sge add_sge{reinterpret_cast<uint64_t>(words_->sink), 8, words_mr_ ? words_mr_->lkey : 0};
     if (count.amount) {
         wr.next = &add;
         add.wr_id = wr_id(kRemote, c.id, add_slot);
@@ -909,21 +939,87 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
         if (bad == &add) {
             fail_out(c);  // the data went without its count: the peer cannot be trusted to count
         } else {
-            if (r) cache_->release(r);
             free_remote_ops_.push_back(slot);
             if (count.amount) free_remote_ops_.push_back(add_slot);
             return false;
         }
     }
-    remote_ops_[slot] = RemoteOp{cookie, r, c.id, read};
+    remote_ops_[slot] = op;
     if (count.amount) {
-        remote_ops_[add_slot] = RemoteOp{~uint64_t(0), nullptr, c.id, false};
+        remote_ops_[add_slot] = RemoteOp{~uint64_t(0), nullptr, c.id, false, -1};
         ++c.remote_ops;
     }
     ++c.remote_ops;
-    if (read) ++c.remote_reads;
+    if (op.read) ++c.remote_reads;
     ++rdma_ops_;
-    rdma_bytes_ += len;
+    return true;
+}
+
+bool VerbsWire::remote_atomic(PeerId to, AtomicOp op, uint64_t remote_addr, uint64_t key, uint64_t operand,
+                              uint64_t compare, uint64_t cookie, const RemoteCount &count) {
+    if (!remote_atomics() || free_results_.empty() || (remote_addr & 7)) return false;
+    OutConn *cp = ready_for_remote(to, count.amount ? 2 : 1);
+    if (!cp) return false;
+    OutConn &c = *cp;
+    const uint32_t result = free_results_.back();
+    ibv_sge sge{reinterpret_cast<uint64_t>(&words_->fetched[result]), 8, words_mr_->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op == AtomicOp::FetchAdd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+    wr.wr.atomic.remote_addr = remote_addr;
+    wr.wr.atomic.rkey = uint32_t(key);
+    wr.wr.atomic.compare_add = op == AtomicOp::FetchAdd ? operand : compare;
+    wr.wr.atomic.swap = operand;
+    if (!post_remote(c, wr, count, RemoteOp{cookie, nullptr, c.id, true, int32_t(result)})) return false;
+    free_results_.pop_back();
+    rdma_bytes_ += 8;
+    return true;
+}
+
+// RC to itself: the device applies our own atomics as it applies the peers', one after another.
+void VerbsWire::open_loopback() {
+    std::string err;
+    loop_cq_ = ibv_create_cq(dev_->context(), 4, nullptr, nullptr, 0);
+    if (loop_cq_) loop_qp_ = dev_->create_qp(loop_cq_, 2, 1, &err);
+    const uint32_t psn = epoch_seed_ & 0xffffff;
+    if (loop_qp_ &&
+        dev_->connect_qp(loop_qp_, psn, dev_->address(), loop_qp_->qp_num, psn, cfg_.ack_timeout, &err))
+        return;
+    if (cfg_.stats) std::fprintf(stderr, "portals: no device atomics on our own memory (%s)\n", err.c_str());
+    if (loop_qp_) ibv_destroy_qp(loop_qp_);
+    loop_qp_ = nullptr;
+}
+
+bool VerbsWire::own_atomic(AtomicOp op, uint64_t addr, uint64_t key, uint64_t operand, uint64_t compare,
+                           uint64_t *old) {
+    if (!loop_qp_) return false;
+    ibv_sge sge{reinterpret_cast<uint64_t>(&words_->own), 8, words_mr_->lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op == AtomicOp::FetchAdd ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.atomic.remote_addr = addr;
+    wr.wr.atomic.rkey = uint32_t(key);
+    wr.wr.atomic.compare_add = op == AtomicOp::FetchAdd ? operand : compare;
+    wr.wr.atomic.swap = operand;
+    if (ibv_post_send(loop_qp_, &wr, &bad) != 0) return false;
+    // Bounded: a device that stops answering fails the operation, not the process.
+    const uint64_t deadline = monotonic_ns() + 2'000'000'000ull;
+    ibv_wc wc;
+    int n;
+    while ((n = ibv_poll_cq(loop_cq_, 1, &wc)) == 0 && monotonic_ns() < deadline) {
+    }
+    if (n != 1 || wc.status != IBV_WC_SUCCESS) {
+        std::fprintf(stderr,
+                     "portals: a device atomic on our own memory failed (%s); atomics there fail from now\n",
+                     n == 1 ? ibv_wc_status_str(wc.status) : "no completion in 2 s");
+        ibv_destroy_qp(loop_qp_);  // nothing may complete into words_->own later
+        loop_qp_ = nullptr;
+        return false;
+    }
+    *old = words_->own;
     return true;
 }
 

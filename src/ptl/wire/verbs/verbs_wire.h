@@ -69,10 +69,15 @@ public:
     // messages to the peer take, so RC keeps them in order with those messages.
     bool remote_register(void *addr, size_t len, bool writable, bool atomic, uint64_t *key,
                          uint64_t *handle) override;
-    bool remote_counts() const override { return dev_->atomics() && count_mr_; }
+    bool remote_counts() const override { return dev_->atomics() && words_mr_; }
     void remote_deregister(uint64_t handle) override;
     bool remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr, uint64_t key,
                        uint64_t cookie, bool must_copy, const RemoteCount &count) override;
+    bool remote_atomic(PeerId to, AtomicOp op, uint64_t remote_addr, uint64_t key, uint64_t operand,
+                       uint64_t compare, uint64_t cookie, const RemoteCount &count) override;
+    bool remote_atomics() const override { return dev_->atomics() && words_mr_ && loop_qp_; }
+    bool own_atomic(AtomicOp op, uint64_t addr, uint64_t key, uint64_t operand, uint64_t compare,
+                    uint64_t *old) override;
     void set_remote_done(RemoteDone done) override { remote_done_ = std::move(done); }
     size_t remote_inline() const override { return dev_->max_inline_data(); }
     void reap_remote() override { poll_own_completions(); }
@@ -158,6 +163,10 @@ private:
     void on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
     int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
     void remote_done(const ibv_wc &wc);
+    struct RemoteOp;
+    OutConn *ready_for_remote(PeerId to, uint32_t need);
+    bool post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &count, RemoteOp op);
+    void open_loopback();
     void poll_own_completions();
     bool handled_all(const OutConn &c);
     int drain_stash(const MessageHandler &handler);
@@ -196,12 +205,25 @@ private:
         uint64_t cookie = 0;
         RegCache::Region *region = nullptr;  // our side, unless inlined
         uint32_t conn = 0;
-        bool read = false;
+        bool read = false;    // a read or an atomic: later sends fence behind it
+        int32_t result = -1;  // an atomic's: its word in words_->fetched
     };
     std::vector<RemoteOp> remote_ops_;
     std::vector<uint32_t> free_remote_ops_;
-    uint64_t count_result_[8] = {};  // where fetch-and-adds put the values nobody reads
-    ibv_mr *count_mr_ = nullptr;
+    // Words the device writes: old values of counters nobody reads, own_atomic's result, and
+    // those our remote atomics fetch (one per atomic in flight).
+    static constexpr uint32_t kAtomicResults = 1024;
+    struct Words {
+        uint64_t sink[8];
+        uint64_t own;
+        uint64_t fetched[kAtomicResults];
+    };
+    std::unique_ptr<Words> words_;
+    ibv_mr *words_mr_ = nullptr;
+    std::vector<uint32_t> free_results_;
+    // A QP connected to itself: own_atomic's device atomics on our own memory.
+    ibv_cq *loop_cq_ = nullptr;
+    ibv_qp *loop_qp_ = nullptr;
     RemoteDone remote_done_;
     std::function<void(PeerId)> peer_connected_;
     bool holding_ = false;
