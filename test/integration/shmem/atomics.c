@@ -11,18 +11,23 @@ static int compare_long(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Every PE draws tickets from PE 0; gathered and sorted they are 0 .. n-1 exactly. */
-static void tickets(int rounds) {
-    static int counter32;
-    static long counter64;
+/* Every PE draws tickets from PE 0; gathered and sorted they are 0 .. n-1 exactly. The
+ * counters are static (the data segment: the target's CPU applies every atomic) or on the
+ * symmetric heap (memory peers reach directly: on one host by CPU atomics, across hosts the
+ * 64-bit ones by RDMA device atomics, which the target then applies through its device too). */
+static void tickets(int rounds, int on_heap) {
+    static int static32;
+    static long static64;
+    int *c32 = on_heap ? shmem_calloc(1, sizeof(int)) : &static32;
+    long *c64 = on_heap ? shmem_calloc(1, sizeof(long)) : &static64;
     long *mine = shmem_malloc(sizeof(long) * 2 * (size_t)rounds);
     long *all = shmem_malloc(sizeof(long) * 2 * (size_t)rounds * npes);
     static long psync[SHMEM_COLLECT_SYNC_SIZE];
     for (int i = 0; i < SHMEM_COLLECT_SYNC_SIZE; ++i) psync[i] = SHMEM_SYNC_VALUE;
     shmem_barrier_all();
     for (int i = 0; i < rounds; ++i) {
-        mine[i] = shmem_int_atomic_fetch_inc(&counter32, 0);
-        mine[rounds + i] = shmem_long_atomic_fetch_add(&counter64, 1, 0);
+        mine[i] = shmem_int_atomic_fetch_inc(c32, 0);
+        mine[rounds + i] = shmem_long_atomic_fetch_add(c64, 1, 0);
     }
     shmem_barrier_all();
     shmem_fcollect64(all, mine, 2 * (size_t)rounds, 0, 0, npes, psync);
@@ -37,18 +42,21 @@ static void tickets(int rounds) {
     qsort(t64, (size_t)rounds * npes, sizeof(long), compare_long);
     for (long i = 0; i < (long)rounds * npes; ++i) {
         if (t32[i] != i || t64[i] != i) {
-            CHECK(0, "ticket %ld: 32-bit %ld, 64-bit %ld (duplicate or lost)", i, t32[i], t64[i]);
+            CHECK(0, "%s ticket %ld: 32-bit %ld, 64-bit %ld (duplicate or lost)", on_heap ? "heap" : "static",
+                  i, t32[i], t64[i]);
             break;
         }
     }
-    if (me == 0)
-        CHECK(counter32 == rounds * npes && counter64 == (long)rounds * npes, "counters %d %ld", counter32,
-              counter64);
+    if (me == 0) CHECK(*c32 == rounds * npes && *c64 == (long)rounds * npes, "counters %d %ld", *c32, *c64);
     free(t32);
     free(t64);
     shmem_barrier_all();
     shmem_free(all);
     shmem_free(mine);
+    if (on_heap) {
+        shmem_free(c64);
+        shmem_free(c32);
+    }
 }
 
 static void add_inc_swap(void) {
@@ -148,7 +156,8 @@ static void global_lock(int rounds) {
 
 int main(void) {
     check_init(&me, &npes);
-    tickets(1000);
+    tickets(1000, 0);
+    tickets(1000, 1);
     add_inc_swap();
     bitwise_fetch_set();
     global_lock(100);
