@@ -478,6 +478,7 @@ int Engine::set_map(ptl_handle_ni_t h, ptl_size_t size, const ptl_process_t *map
     if (!n || !n->logical() || !mapping || size == 0 || size > (1u << 24)) return PTL_ARG_INVALID;
     n->map.assign(mapping, mapping + size);
     n->map_set = true;
+    n->self_rank = n->rank_of(self_);
     return PTL_OK;
 }
 
@@ -584,7 +585,7 @@ int Engine::get_id(ptl_handle_ni_t h, ptl_process_t *id) {
     Ni *n = ni_of(h);
     if (!n || !id) return PTL_ARG_INVALID;
     if (n->logical()) {
-        const ptl_rank_t r = n->rank_of(self_);
+        const ptl_rank_t r = n->self_rank;
         if (r == PTL_RANK_ANY) return PTL_ARG_INVALID;  // the map does not name us (yet)
         id->rank = r;
     } else {

@@ -140,7 +140,7 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     h.atomic_type = a.datatype;
     h.pt_index = a.pt_index;
     h.uid = uid_;
-    h.src_rank = n->logical() ? n->rank_of(self_) : PTL_RANK_ANY;
+    h.src_rank = n->logical() ? n->self_rank : PTL_RANK_ANY;
     h.operand_len = uint32_t(operand_len);
     h.match_bits = a.match_bits;
     h.hdr_data = a.hdr_data;

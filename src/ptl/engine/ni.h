@@ -43,6 +43,7 @@ public:
     SlotTable<Ct> cts;
     std::vector<ptl_process_t> map;
     bool map_set = false;
+    ptl_rank_t self_rank = PTL_RANK_ANY;  // ours in map, found once by set_map (every put carries it)
     bool notify_drops = false;  // PtlXNINotifyDrops: drops answered with PTL_NI_DROPPED (X3)
     std::atomic<ptl_sr_value_t> sr[PTL_SR_LAST] = {};
     uint64_t next_seq = 1;
