@@ -9,7 +9,11 @@
 #   bench/callgrind_per_message.sh [BUILD_DIR]     (default: _build)
 # Rows: UCT am_bw 8 B (sender, receiver), UCT am_lat 8 B (one side: a round trip per
 # iteration), UCP tag_bw 8 B (sender, receiver), UCP tag_lat 8 B; the one-sided operations at
-# their initiator (issue 32's direct path): UCT put_bw, get (bcopy), fadd 8 B.
+# their initiator (issue 32's direct path): UCT put_bw, get (bcopy), fadd 8 B; libportals4's
+# 8 B PtlPut stream (bench/ptl_put_rate, PTL_NO_ACK_REQ, CT-counted) at the sender and the
+# target, with logical maps of 2, 4,096 and 262,144 ranks, the two live ranks first or last
+# (the cost must not grow with the job: issue 33).
+#   CG_ROWS=uct|ptl|all (default all) picks the groups.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/_build}
@@ -49,6 +53,19 @@ count() { # LEVEL TL SIDE TEST ITERS
   awk '/^totals:/ {print $2}' "$tmp"/cg.* | sort -n | tail -1
 }
 
+# Total instructions of libportals4's put stream of MSGS puts, RANK (0 sender, 1 target) under
+# callgrind, the map MAP ranks with the live ones at AT (first|last).
+count_ptl() { # RANK MAP AT MSGS
+  rm -f "$tmp"/cg.*
+  local prog=$build/bench/ptl_put_rate
+  local vg="valgrind --tool=callgrind -q --trace-children=yes --callgrind-out-file=$tmp/cg.%p"
+  # shellcheck disable=SC2016 # expanded by the rank's shell
+  "$build/ptlrun" -n 2 --timeout 600 bash -c 'if [ "$PTLRT_RANK" = "$1" ]; then exec $2 "$3" "${@:4}"; else exec "$3" "${@:4}"; fi' \
+    bash "$1" "$vg" "$prog" --msgs "$4" --map-ranks "$2" --map-at "$3" >/dev/null 2>"$tmp/err" ||
+    { echo "failed: $(tail -2 "$tmp/err")" >&2; return 1; }
+  awk '/^totals:/ {print $2}' "$tmp"/cg.* | sort -n | tail -1
+}
+
 per_message() { # LEVEL TL SIDE TEST
   local a b
   a=$(count "$@" "$n1") && b=$(count "$@" "$n2") || { echo n/a; return; }
@@ -64,6 +81,8 @@ row() { # LABEL LEVEL SIDE TEST OTHER_TL
   [ "$5" != none ] && other=$(per_message "$2" "$5" "$3" "$4")
   printf '%-28s %12s %12s\n' "$1" "$(per_message "$2" portals "$3" "$4")" "$other"
 }
+rows=${CG_ROWS:-all}
+if [ "$rows" != ptl ]; then
 row "uct am_bw 8B (sender)" uct client am_bw "${CG_OTHER:-posix}"
 row "uct am_bw 8B (receiver)" uct server am_bw "${CG_OTHER:-posix}"
 row "uct am_lat 8B (round trip)" uct client am_lat "${CG_OTHER:-posix}"
@@ -73,3 +92,16 @@ row "ucp tag_lat 8B (round trip)" ucp client tag_lat "${CG_OTHER:-posix}"
 row "uct put_bw 8B (initiator)" uct client put_bw "${CG_OTHER:-posix}"
 row "uct get bcopy 8B (initiator)" uct client get:bcopy "${CG_OTHER:-posix}"
 row "uct fadd 8B (initiator)" uct client fadd "${CG_OTHER:-posix}"
+fi
+if [ "$rows" != uct ]; then
+  [ -x "$build/bench/ptl_put_rate" ] || { echo "callgrind_per_message: no $build/bench/ptl_put_rate" >&2; exit 1; }
+  for map in 2 4096 262144; do
+    for at in first last; do
+      for side in 0 1; do
+        a=$(count_ptl $side $map $at "$n1") && b=$(count_ptl $side $map $at "$n2") && v=$(((b - a) / (n2 - n1))) || v=n/a
+        label="ptl put 8B map $map $at ($([ $side = 0 ] && echo sender || echo target))"
+        printf '%-40s %12s\n' "$label" "$v"
+      done
+    done
+  done
+fi

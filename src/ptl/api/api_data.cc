@@ -62,7 +62,7 @@ PTL_API int PtlPut(ptl_handle_md_t md, ptl_size_t off, ptl_size_t len, ptl_ack_r
                    ptl_process_t target, ptl_pt_index_t pt, ptl_match_bits_t bits,
                    ptl_size_t roff, void *user_ptr, ptl_hdr_data_t hdr) {
     REQUIRE_INIT();
-    return engine().data_op(TrigKind::Put, put_args(md, off, len, ack, target, pt, bits, roff, user_ptr, hdr));
+    return engine().put(put_args(md, off, len, ack, target, pt, bits, roff, user_ptr, hdr));
 }
 
 PTL_API int PtlGet(ptl_handle_md_t md, ptl_size_t off, ptl_size_t len, ptl_process_t target,

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../util/futex_mutex.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
 #include "config.h"
@@ -109,6 +110,7 @@ public:
     int ct_inc(ptl_handle_ct_t, ptl_ct_event_t);
     // §3.15 data movement
     int data_op(TrigKind kind, const DataOpArgs &a);
+    int put(const DataOpArgs &a);  // data_op(Put, a), its common case first (common_put.cc)
     int atomic_sync();
     // §3.16 triggered operations
     int triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t threshold);
@@ -149,7 +151,7 @@ public:
 
 private:
     friend class ProgressThread;
-    using Lock = std::unique_lock<std::mutex>;
+    using Lock = std::unique_lock<FutexMutex>;
 
     Ni *ni_of(ptl_handle_ni_t h) const;
     Ni *ni_for_object(uint32_t h) const {
@@ -247,6 +249,12 @@ private:
     [[gnu::always_inline]] int check_op_inline(TrigKind kind, const DataOpArgs &a, CheckedOp &c);
     template <TrigKind kind>
     int data_op_of(const DataOpArgs &a);
+    template <TrigKind kind>
+    int data_op_locked(const DataOpArgs &a);
+    // initiator.cc's checks and send_op for the common small put (common_put.cc); kNotCommon:
+    // not such a put, nothing done.
+    static constexpr int kNotCommon = -2;
+    int common_put(const DataOpArgs &a);
     // A fired trigger's operation: checked, then direct or sent.
     int start_op(TrigKind kind, const DataOpArgs &a);
     // The message path: the request to the target's engine.
@@ -364,7 +372,7 @@ private:
 
     Config cfg_;
     IdleBackoff backoff_;
-    mutable std::mutex mu_;
+    mutable FutexMutex mu_;
     std::atomic<int> init_refs_{0};
     std::atomic<bool> aborted_{false};
     std::atomic<uint32_t> event_seq_{0};

@@ -47,7 +47,7 @@ void Engine::post_initiator_event(Md *md, ptl_event_kind_t type, ptl_ni_fail_t f
 int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
     // One body per kind, each with its checks inlined: the kind's tests fold away.
     switch (kind) {
-        case TrigKind::Put: return data_op_of<TrigKind::Put>(a);
+        case TrigKind::Put: return put(a);
         case TrigKind::Get: return data_op_of<TrigKind::Get>(a);
         case TrigKind::Atomic: return data_op_of<TrigKind::Atomic>(a);
         case TrigKind::FetchAtomic: return data_op_of<TrigKind::FetchAtomic>(a);
@@ -58,15 +58,23 @@ int Engine::data_op(TrigKind kind, const DataOpArgs &a) {
 template <TrigKind kind>
 int Engine::data_op_of(const DataOpArgs &a) {
     Lock lk(mu_);
+    const int rc = data_op_locked<kind>(a);
+    finish_call();
+    return rc;
+}
+
+template <TrigKind kind>
+int Engine::data_op_locked(const DataOpArgs &a) {
     CheckedOp c;
     int rc = check_op_inline(kind, a, c);
     if (rc == PTL_OK && (rc = try_direct_of<kind>(a, c, true)) == kNotDirect) {
         rc = send_op(kind, a, c);
         if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
     }
-    finish_call();
     return rc;
 }
+
+template int Engine::data_op_locked<TrigKind::Put>(const DataOpArgs &);
 
 // The argument rules of §3.15 (B9, D8, D10, A1, A2, LA1), shared by the immediate calls
 // and by PtlTriggered*, which must refuse at post time what could never fire.

@@ -23,16 +23,6 @@ Ni::~Ni() {
         }
 }
 
-bool Ni::resolve(ptl_process_t target, PeerId *out) const {
-    if (!logical()) {
-        *out = {target.phys.nid, target.phys.pid};
-        return true;
-    }
-    if (target.rank >= map.size()) return false;
-    *out = {map[target.rank].phys.nid, map[target.rank].phys.pid};
-    return true;
-}
-
 ptl_rank_t Ni::rank_of(PeerId p) const {
     for (size_t r = 0; r < map.size(); ++r)
         if (map[r].phys.nid == p.nid && map[r].phys.pid == p.pid) return ptl_rank_t(r);

@@ -68,7 +68,15 @@ public:
         return table.get(p.slot, p.gen);
     }
     // The (nid, pid) of a target: through the map on logical NIs (LA2).
-    bool resolve(ptl_process_t target, PeerId *out) const;
+    bool resolve(ptl_process_t target, PeerId *out) const {
+        if (!logical()) {
+            *out = {target.phys.nid, target.phys.pid};
+            return true;
+        }
+        if (target.rank >= map.size()) return false;
+        *out = {map[target.rank].phys.nid, map[target.rank].phys.pid};
+        return true;
+    }
     // The rank of a physical peer through our map, for events and match_id on logical NIs.
     ptl_rank_t rank_of(PeerId p) const;
 };

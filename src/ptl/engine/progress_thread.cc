@@ -84,7 +84,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         int work;
         bool backlog, held;
         {
-            std::lock_guard<std::mutex> g(engine_.mu_);
+            std::lock_guard<FutexMutex> g(engine_.mu_);
             work = engine_.progress_locked(monotonic_ns());
             backlog =
                 (engine_.shm_ && engine_.shm_->has_backlog()) || (engine_.loop_ && engine_.loop_->pending());

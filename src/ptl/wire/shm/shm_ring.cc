@@ -58,6 +58,7 @@ bool Ring::attach(void *base, size_t mapped_size) {
     mask_ = n - 1;
     ncells_ = n;
     cell_size_ = ctl->cell_size;
+    cell_shift_ = (cell_size_ & (cell_size_ - 1)) == 0 ? unsigned(__builtin_ctzll(cell_size_)) : 0;
     free_until_ = 0;
     tail_.store(0, std::memory_order_relaxed);
     return true;
@@ -72,11 +73,13 @@ void Ring::publish_padding(uint64_t pos, uint64_t cells) {
     pad->seq.store(pos + 1, std::memory_order_release);
 }
 
-bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
-                    const struct iovec *payload, int payload_count, size_t payload_len) {
+CellHead *Ring::reserve(uint32_t src_nid, uint32_t src_pid, size_t header_len, size_t payload_len,
+                        uint64_t *pos_out) {
     const uint64_t bytes = sizeof(CellHead) + header_len + payload_len;
-    const uint64_t cells = (bytes + cell_size_ - 1) / cell_size_;
-    if (cells > ncells_ / 4) return false;
+    const uint64_t cells =
+        cell_shift_ ? (bytes + cell_size_ - 1) >> cell_shift_ : (bytes + cell_size_ - 1) / cell_size_;
+    if (cells > ncells_ / 4) [[unlikely]]
+        return nullptr;
 
     uint64_t pos = ctl_->enqueue_pos.load(std::memory_order_relaxed);
     uint64_t room;
@@ -88,11 +91,11 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
             // The consumer frees in order: everything before its dequeue position is free.
             // Acquire: it was done reading those cells.
             free_until_ = ctl_->dequeue_pos.load(std::memory_order_acquire) + ncells_;
-            if (pos + want > free_until_) return false;
+            if (pos + want > free_until_) return nullptr;
         }
         if (ctl_->enqueue_pos.compare_exchange_weak(pos, pos + want, std::memory_order_relaxed)) break;
     }
-    if (room < cells) {
+    if (room < cells) [[unlikely]] {
         publish_padding(pos, room);
         pos += room;
     }
@@ -103,6 +106,23 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
     h->payload_len = uint32_t(payload_len);
     h->src_nid = src_nid;
     h->src_pid = src_pid;
+    *pos_out = pos;
+    return h;
+}
+
+void Ring::publish(CellHead *h, uint64_t pos) {
+    pushed_until_ = pos + h->ncells;  // read before the run is the consumer's
+    h->seq.store(pos + 1, std::memory_order_release);
+    // Pairs with the consumer's fence between setting `sleeping` and re-checking the ring.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    ring_doorbell_if_sleeping();
+}
+
+bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
+                    const struct iovec *payload, int payload_count, size_t payload_len) {
+    uint64_t pos;
+    CellHead *h = reserve(src_nid, src_pid, header_len, payload_len, &pos);
+    if (!h) return false;
     char *p = reinterpret_cast<char *>(h + 1);
     std::memcpy(p, header, header_len);
     p += header_len;
@@ -111,11 +131,7 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
         std::memcpy(p, payload[i].iov_base, payload[i].iov_len);
         p += payload[i].iov_len;
     }
-    h->seq.store(pos + 1, std::memory_order_release);
-    pushed_until_ = pos + cells;
-    // Pairs with the consumer's fence between setting `sleeping` and re-checking the ring.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    ring_doorbell_if_sleeping();
+    publish(h, pos);
     return true;
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 namespace ptl::shm {
@@ -76,6 +77,19 @@ public:
     // Producer: copies header + payload into the ring. False if the ring is full right now.
     bool try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
                   const struct iovec *payload, int payload_count, size_t payload_len);
+    // The same for a payload in one piece (the common small message); inline, so that a header
+    // of known size is copied without a call.
+    bool try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
+                  const void *payload, size_t payload_len) {
+        uint64_t pos;
+        CellHead *h = reserve(src_nid, src_pid, header_len, payload_len, &pos);
+        if (!h) return false;
+        char *p = reinterpret_cast<char *>(h + 1);
+        std::memcpy(p, header, header_len);
+        if (payload_len) std::memcpy(p + header_len, payload, payload_len);
+        publish(h, pos);
+        return true;
+    }
 
     // Consumer: the oldest published message, or nullptr. release() frees it. The head is
     // checked first, since every local producer can write it: a run that cannot be a
@@ -101,6 +115,11 @@ public:
     }
 
 private:
+    // A run for the message, its head filled but for `seq`, at *pos; null if the ring has no
+    // room for it now. publish() hands it to the consumer.
+    CellHead *reserve(uint32_t src_nid, uint32_t src_pid, size_t header_len, size_t payload_len,
+                      uint64_t *pos);
+    void publish(CellHead *h, uint64_t pos);
     void publish_padding(uint64_t pos, uint64_t cells);
     void free_run(uint64_t cells);
     char *cell(uint64_t pos) const { return data_ + (pos & mask_) * cell_size_; }
@@ -110,6 +129,7 @@ private:
     char *data_ = nullptr;
     uint64_t mask_ = 0;
     uint64_t ncells_ = 0, cell_size_ = 0;  // as in the control block, which peers could rewrite
+    unsigned cell_shift_ = 0;              // log2(cell_size_) when a power of two (else 0: divide)
     // Producer: cells before this position are known free (a dequeue position seen + ncells).
     // Read by the pushes of one process, under its engine lock.
     uint64_t free_until_ = 0;

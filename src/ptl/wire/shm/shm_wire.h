@@ -30,6 +30,12 @@ public:
 
     bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
               int payload_count) override;
+    bool send_now(PeerId to, const void *header, size_t header_len, const void *payload,
+                  size_t payload_len) override {
+        Peer *p = peer(to);
+        return p && !p->dead && p->backlog.empty() &&
+               p->ring.try_push(self_.nid, self_.pid, header, header_len, payload, payload_len);
+    }
     size_t max_inline(PeerId to) const override;
     int progress(const MessageHandler &handler) override;
     bool has_bulk(PeerId) const override { return true; }
