@@ -902,6 +902,10 @@ void Engine::complete_own_operations() {
 void Engine::post_event(Eq *eq, const ptl_event_t &ev) {
     if (!eq) return;
     eq->push(ev);
+    event_posted(eq);
+}
+
+void Engine::event_posted(Eq *eq) {
     if (eq->notify_fd >= 0) {
         const uint64_t one = 1;
         [[maybe_unused]] ssize_t n = ::write(eq->notify_fd, &one, sizeof(one));

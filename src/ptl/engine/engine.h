@@ -208,8 +208,10 @@ private:
 
     // events and counting
     void post_event(Eq *eq, const ptl_event_t &ev);
+    // After an event written in place (Eq::emplace): wakes its readers.
+    void event_posted(Eq *eq);
     // Inline: every counted operation's.
-    void ct_add(Ct *ct, bool success, uint64_t amount) {
+    [[gnu::always_inline]] void ct_add(Ct *ct, bool success, uint64_t amount) {
         if (!ct) return;
         std::atomic<uint64_t> &count = success ? ct->success : ct->failure;
         count.fetch_add(amount, std::memory_order_acq_rel);
@@ -341,6 +343,7 @@ private:
     void check_dead_peers();
 
     // target side
+    template <uint8_t op>
     void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
     // A request that goes no further: the response the initiator waits for, if any (an ACK,
     // a reply, or a rendezvous put's SEND), carries `fail`.

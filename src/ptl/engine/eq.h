@@ -64,7 +64,10 @@ struct Eq {
     // How many events the ring may grow to instead of overwriting (PTL_EQ_GROW_MAX).
     uint64_t grow_limit = 0;
 
-    void push(const ptl_event_t &ev) {
+    void push(const ptl_event_t &ev) { emplace() = ev; }
+
+    // The slot of a new event, for the caller to fill in whole (no copy of a built event).
+    ptl_event_t &emplace() {
         if (count == ring.size() && ring.size() < grow_limit) {
             // Full: a client that polls late (Open MPI's btl posts thousands of sends before
             // it drains its queue) loses nothing while the ring may double. Flow-controlled
@@ -80,8 +83,8 @@ struct Eq {
             dropped = true;
         }
         const uint64_t tail = head + count;
-        ring[tail < ring.size() ? tail : tail - ring.size()] = ev;
         ++count;
+        return ring[tail < ring.size() ? tail : tail - ring.size()];
     }
 
     // PTL_OK / PTL_EQ_DROPPED with the event, or PTL_EQ_EMPTY.

@@ -73,6 +73,20 @@ RemotePieces remote_pieces(const char *data, size_t data_len, ptl_size_t len) {
     return r;
 }
 
+// A rendezvous put's data: the first `len` bytes of the initiator's segments, pulled into
+// [offset, +len) of `r` through the wire the request came by. Out of line: the inline
+// delivery of a small put stays small.
+[[gnu::noinline]] bool pull_rendezvous(const InMessage &m, const Region &r, ptl_size_t offset,
+                                       const char *data, size_t data_len, ptl_size_t len) {
+    if (len == 0) return true;
+    IovList local_iov;
+    r.pieces(offset, len, local_iov);
+    RemotePieces remote = remote_pieces(data, data_len, len);
+    Wire *w = m.via;
+    return w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), remote.iov.data(),
+                             int(remote.iov.size()), remote.keys.data());
+}
+
 }  // namespace
 
 // Atomics on memory that peers reach directly are applied as the peers apply theirs (the same
@@ -245,10 +259,15 @@ void Engine::process_message(const InMessage &m) {
                     0, 0);
         return;
     }
+    // One body per request kind: the kind's tests fold away (a put has no reply to build).
     switch (h.op) {
         case proto::kAck: on_ack(n, m.from, h); break;
         case proto::kReply: on_reply(n, m.from, h, m.payload, m.payload_len); break;
-        default: on_request(n, m, h); break;
+        case proto::kPut: on_request<proto::kPut>(n, m, h); break;
+        case proto::kGet: on_request<proto::kGet>(n, m, h); break;
+        case proto::kAtomic: on_request<proto::kAtomic>(n, m, h); break;
+        case proto::kFetchAtomic: on_request<proto::kFetchAtomic>(n, m, h); break;
+        default: on_request<proto::kSwap>(n, m, h); break;
     }
 }
 
@@ -336,8 +355,8 @@ void Engine::trace_delivery(const Ni *n, const InMessage &m, const proto::Header
 
 // The error paths are member functions (refuse, silent_drop, disable_pt), not closures: a
 // closure over a dozen locals was built for every message and used by few.
+template <uint8_t op>
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
-    const uint8_t op = h.op;
     const bool rndv = h.flags & proto::kRendezvous;
     const bool reply = wants_reply(op);
     const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
@@ -459,13 +478,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
                                      : SharedAtomics::No;
 
     auto write_in = [&](ptl_size_t len) -> bool {
-        if (!rndv) return len <= data_len && e->region.write(offset, data, len, checked);
-        IovList local_iov;
-        e->region.pieces(offset, len, local_iov);
-        RemotePieces r = remote_pieces(data, data_len, len);  // pull only mlength bytes
-        Wire *w = m.via;
-        return len == 0 || (w && w->bulk_read(m.from, local_iov.data(), int(local_iov.size()), r.iov.data(),
-                                              int(r.iov.size()), r.keys.data()));
+        if (!rndv) [[likely]]
+            return len <= data_len && e->region.write(offset, data, len, checked);
+        return pull_rendezvous(m, e->region, offset, data, data_len, len);
     };
 
     if (op == proto::kPut || (op == proto::kAtomic && list == PTL_OVERFLOW_LIST)) {
@@ -522,34 +537,39 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         }
     }
 
-    // The comm event, on the entry that received the message (C7).
-    ptl_event_t ev{};
-    ev.type = kind;
-    ev.start = e->region.address_at(offset);
-    ev.user_ptr = e->user_ptr;
-    ev.hdr_data = h.hdr_data;
-    ev.match_bits = e->is_me ? h.match_bits : 0;
-    ev.rlength = rlength;
-    ev.mlength = mlength;
-    ev.remote_offset = h.remote_offset;
+    // The comm event, on the entry that received the message (C7), written in place.
+    void *const start = e->region.address_at(offset);
+    ptl_process_t initiator{};
     if (n->logical())
-        ev.initiator.rank = h.src_rank;
+        initiator.rank = h.src_rank;
     else
-        ev.initiator.phys = {m.from.nid, m.from.pid};
-    ev.uid = h.uid;
-    ev.pt_index = pti;
-    ev.ptl_list = list;
-    ev.ni_fail_type = fail;
-    ev.atomic_operation = h.atomic_op;
-    ev.atomic_type = h.atomic_type;
-    if (pt.eq && entry_allows_full(*e, kind, fail == PTL_NI_OK)) post_event(pt.eq, ev);
+        initiator.phys = {m.from.nid, m.from.pid};
+    if (pt.eq && entry_allows_full(*e, kind, fail == PTL_NI_OK)) {
+        ptl_event_t &ev = pt.eq->emplace();
+        ev.start = start;
+        ev.user_ptr = e->user_ptr;
+        ev.hdr_data = h.hdr_data;
+        ev.match_bits = e->is_me ? h.match_bits : 0;
+        ev.rlength = rlength;
+        ev.mlength = mlength;
+        ev.remote_offset = h.remote_offset;
+        ev.initiator = initiator;
+        ev.uid = h.uid;
+        ev.type = kind;
+        ev.pt_index = pti;
+        ev.ni_fail_type = fail;
+        ev.atomic_operation = h.atomic_op;
+        ev.atomic_type = h.atomic_type;
+        ev.ptl_list = list;
+        event_posted(pt.eq);
+    }
     if (uint64_t amt = entry_count_amount(*e, kind, fail == PTL_NI_OK, mlength))
         ct_add(e->ct, fail == PTL_NI_OK, amt);
 
     if (keep_header) {
         auto *u = new UnexpectedHeader{};
         u->kind = uh_kind(op);
-        u->initiator = ev.initiator;
+        u->initiator = initiator;
         u->src_nid = m.from.nid;
         u->src_pid = m.from.pid;
         u->src_rank = h.src_rank;
@@ -562,7 +582,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         u->atomic_op = h.atomic_op;
         u->atomic_type = h.atomic_type;
         u->entry = e;
-        u->start = ev.start;
+        u->start = start;
         pt.unexpected.add(u);
         ++e->uh_count;
         ++n->unexpected;
