@@ -24,6 +24,22 @@ int PtlXProgress(void);
  * what is left (PTL_ME_NO_TRUNCATE) never reaches past the ME. */
 #define PTLX_ME_SLOTS (1u << 30)
 
+/* An ME option (with PTL_ME_MANAGE_LOCAL and a non-zero min_free): the ME is a pool of slots of
+ * min_free bytes at offsets the application gives it with PtlXMEGiveSlots, and never unlinks by
+ * itself. Each message takes the slot given longest ago and lands at its offset, at most
+ * min_free bytes of it (more is truncated, or with PTL_ME_NO_TRUNCATE the ME does not match);
+ * while no slot is given, the ME does not match and the message goes on down the list. Slots
+ * come back in any order and in batches as the application is done with them: receive
+ * buffers a consumer keeps for a while (UCT's descriptors) cost no append or unlink per
+ * message. Not with PTL_IOVEC, PTL_ME_USE_ONCE, PTL_ME_LOCAL_INC_UH_RLENGTH or PTLX_ME_SLOTS. */
+#define PTLX_ME_SLOT_POOL (1u << 29)
+
+/* Gives `count` slots, by their offsets in the ME, to a PTLX_ME_SLOT_POOL ME; they are taken in
+ * the order given, after those given before. PTL_ARG_INVALID (nothing given) for a bad handle,
+ * an ME without the option, a slot that does not fit in the ME, or more slots held at once
+ * than the ME has room for (its length / min_free). */
+int PtlXMEGiveSlots(ptl_handle_me_t me, const ptl_size_t *offsets, unsigned count);
+
 /* An MD option: an operation from this MD that the engine completes within the call (the
  * direct path: the target is on this host and its entry needs no software at the target, see
  * the README) posts no event and no count on the initiator's side and returns PTLX_DONE

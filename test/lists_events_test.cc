@@ -344,6 +344,87 @@ TEST_F(Lists, SlotsGiveEachMessageWholeSlotsOfItsOwn) {
     EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
 }
 
+// PTLX_ME_SLOT_POOL (portals4_ext.h): messages land in the slots given with PtlXMEGiveSlots, the
+// oldest first, at most min_free bytes each; with none given, or (PTL_ME_NO_TRUNCATE) a message
+// longer than a slot, the ME does not match and the message goes on down the list. Slots come
+// back in any order; the ME never unlinks by itself.
+TEST_F(Lists, SlotPoolLandsMessagesInTheSlotsGivenOldestFirst) {
+    char pool[64], spill[64];
+    ptl_me_t me = me_desc(pool, sizeof pool,
+                          PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOT_POOL | PTL_ME_NO_TRUNCATE |
+                              PTL_ME_EVENT_LINK_DISABLE,
+                          0, ~0ull);
+    me.min_free = 16;
+    const ptl_handle_me_t h = append(pt_, me, PTL_PRIORITY_LIST, (void *)1);
+    append(pt_, me_desc(spill, sizeof spill, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull),
+           PTL_PRIORITY_LIST, (void *)2);
+    auto next_put = [&] {
+        ptl_event_t ev = next_event(eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+        return ev;
+    };
+
+    ASSERT_EQ(put(4, 0), PTL_OK);  // no slot given yet: the spill ME
+    EXPECT_EQ(next_put().user_ptr, (void *)2);
+
+    const ptl_size_t first[] = {48, 0};
+    ASSERT_EQ(PtlXMEGiveSlots(h, first, 2), PTL_OK);
+    ASSERT_EQ(put(5, 0), PTL_OK);   // slot 48
+    ASSERT_EQ(put(17, 0), PTL_OK);  // longer than a slot: passes by (NO_TRUNCATE)
+    ASSERT_EQ(put(16, 0), PTL_OK);  // slot 0
+    ASSERT_EQ(put(1, 0), PTL_OK);   // none left: the spill ME
+    ptl_event_t ev = next_put();
+    EXPECT_EQ(ev.user_ptr, (void *)1);
+    EXPECT_EQ(ev.start, (void *)(pool + 48));
+    EXPECT_EQ(ev.mlength, 5u);
+    EXPECT_EQ(std::memcmp(pool + 48, src_, 5), 0);
+    EXPECT_EQ(next_put().user_ptr, (void *)2);
+    ev = next_put();
+    EXPECT_EQ(ev.user_ptr, (void *)1);
+    EXPECT_EQ(ev.start, (void *)pool);
+    EXPECT_EQ(ev.mlength, 16u);
+    EXPECT_EQ(next_put().user_ptr, (void *)2);
+
+    // Given back out of order, and again: taken in the order given; no AUTO_UNLINK ever.
+    const ptl_size_t again[] = {16, 0, 32};
+    ASSERT_EQ(PtlXMEGiveSlots(h, again, 3), PTL_OK);
+    for (ptl_size_t at : again) {
+        ASSERT_EQ(put(3, 0), PTL_OK);
+        ev = next_put();
+        EXPECT_EQ(ev.user_ptr, (void *)1);
+        EXPECT_EQ(ev.start, (void *)(pool + at));
+    }
+    ptl_event_t none;
+    EXPECT_EQ(PtlEQGet(eq_, &none), PTL_EQ_EMPTY);
+
+    // Bad input gives nothing: a slot past the end, more than the ME holds, a bad handle, an ME
+    // without the option.
+    const ptl_size_t past[] = {0, 49};
+    EXPECT_EQ(PtlXMEGiveSlots(h, past, 2), PTL_ARG_INVALID);
+    const ptl_size_t five[] = {0, 16, 32, 48, 0};
+    EXPECT_EQ(PtlXMEGiveSlots(h, five, 5), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXMEGiveSlots(PTL_INVALID_HANDLE, five, 1), PTL_ARG_INVALID);
+    char plain_buf[16];
+    const ptl_handle_me_t plain =
+        append(pt_, me_desc(plain_buf, sizeof plain_buf, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull),
+               PTL_PRIORITY_LIST);
+    EXPECT_EQ(PtlXMEGiveSlots(plain, five, 1), PTL_ARG_INVALID);
+    ASSERT_EQ(put(2, 0), PTL_OK);  // nothing was given by the refused calls
+    EXPECT_EQ(next_put().user_ptr, (void *)2);
+
+    // The option needs a locally managed ME with a slot size, and excludes PTLX_ME_SLOTS.
+    ptl_handle_me_t bad;
+    ptl_me_t d = me;
+    d.options &= ~unsigned(PTL_ME_MANAGE_LOCAL);
+    EXPECT_EQ(PtlMEAppend(ni_, pt_, &d, PTL_PRIORITY_LIST, nullptr, &bad), PTL_ARG_INVALID);
+    d = me;
+    d.min_free = 0;
+    EXPECT_EQ(PtlMEAppend(ni_, pt_, &d, PTL_PRIORITY_LIST, nullptr, &bad), PTL_ARG_INVALID);
+    d = me;
+    d.options |= PTLX_ME_SLOTS;
+    EXPECT_EQ(PtlMEAppend(ni_, pt_, &d, PTL_PRIORITY_LIST, nullptr, &bad), PTL_ARG_INVALID);
+}
+
 TEST_F(Lists, S3_S6_S7_T11_PersistentSearchOnlyEndsWithNoMatch) {
     char ov[64];
     ptl_handle_ct_t ct;

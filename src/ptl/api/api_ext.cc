@@ -45,6 +45,11 @@ PTL_API int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max
     return engine().app_progress_take(eq, events, max, taken);
 }
 
+PTL_API int PtlXMEGiveSlots(ptl_handle_me_t me, const ptl_size_t *offsets, unsigned count) {
+    REQUIRE_INIT();
+    return engine().give_slots(me, offsets, count);
+}
+
 PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
     REQUIRE_INIT();
     return engine().peer_alive(ni, peer);

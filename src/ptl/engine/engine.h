@@ -92,6 +92,7 @@ public:
     int append(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_list_t, void *user_ptr,
                uint32_t *out);
     int unlink(uint32_t handle, bool is_me);
+    int give_slots(uint32_t me, const ptl_size_t *offsets, unsigned count);  // PtlXMEGiveSlots
     int search(ptl_handle_ni_t, ptl_pt_index_t, const ptl_me_t *, bool is_me, ptl_search_op_t,
                void *user_ptr);
     // §3.13 event queues

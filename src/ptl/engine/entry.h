@@ -6,6 +6,7 @@
 #include <portals4.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "ilist.h"
 #include "region.h"
@@ -14,6 +15,26 @@ namespace ptl {
 
 class Ni;
 struct Ct;
+
+// The slots given to a PTLX_ME_SLOT_POOL entry (PtlXMEGiveSlots), oldest first: their offsets
+// in a ring as long as the entry has room for slots.
+struct SlotFifo {
+    std::vector<uint64_t> ring;
+    uint32_t head = 0, count = 0;
+
+    bool empty() const { return count == 0; }
+    uint64_t front() const { return ring[head]; }
+    void pop() {
+        head = head + 1 == ring.size() ? 0 : head + 1;
+        --count;
+    }
+    uint32_t room() const { return uint32_t(ring.size()) - count; }
+    void push(uint64_t offset) {
+        const size_t tail = head + count;
+        ring[tail < ring.size() ? tail : tail - ring.size()] = offset;
+        ++count;
+    }
+};
 
 struct Entry {
     Ni *ni = nullptr;
@@ -32,6 +53,8 @@ struct Entry {
     bool auto_unlinked = false; // left the list by itself; handle still answers PTL_IN_USE
     int32_t export_slot = -1;   // reachable by peers without us (direct_exports.h)
     int32_t remote_slot = -1;   // reachable by RDMA without us (remote_exports.h)
+    bool pooled = false;        // PTLX_ME_SLOT_POOL: messages land in `slots`
+    SlotFifo slots;
     bool exported() const { return export_slot >= 0 || remote_slot >= 0; }
     IHook hook;
 

@@ -18,7 +18,7 @@ constexpr unsigned kLeOptions =
     PTL_LE_EVENT_UNLINK_DISABLE | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_CT_OVERFLOW | PTL_LE_EVENT_CT_BYTES |
     (1u << 19) /* pre-4.3 ACK_DISABLE, accepted and ignored */;
 constexpr unsigned kMeOptions = kLeOptions | PTL_ME_MANAGE_LOCAL | PTL_ME_NO_TRUNCATE | PTL_ME_MAY_ALIGN |
-                                PTL_ME_LOCAL_INC_UH_RLENGTH | PTLX_ME_SLOTS;
+                                PTL_ME_LOCAL_INC_UH_RLENGTH | PTLX_ME_SLOTS | PTLX_ME_SLOT_POOL;
 
 // Validates an LE/ME description and fills a detached Entry (not yet in any table or list).
 int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entry &e) {
@@ -46,6 +46,17 @@ int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entr
     }
     e.pt = pti;
     e.exact = is_me && e.desc.ignore_bits == 0;
+    if (d.options & PTLX_ME_SLOT_POOL) {
+        constexpr unsigned kExcluded =
+            PTL_IOVEC | PTL_ME_USE_ONCE | PTL_ME_LOCAL_INC_UH_RLENGTH | PTLX_ME_SLOTS;
+        if (!(d.options & PTL_ME_MANAGE_LOCAL) || (d.options & kExcluded) || d.min_free == 0)
+            return PTL_ARG_INVALID;
+        const uint64_t capacity = d.length / d.min_free;
+        if (capacity == 0 || capacity > (1u << 24)) return PTL_ARG_INVALID;
+        e.pooled = true;
+        e.slots = SlotFifo{};
+        e.slots.ring.assign(capacity, 0);
+    }
     return PTL_OK;
 }
 
@@ -171,6 +182,18 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     if (list == PTL_PRIORITY_LIST) export_entry(n, pt, en);
     entry_event(pt, *en, PTL_EVENT_LINK);
     finish_call();
+    return PTL_OK;
+}
+
+int Engine::give_slots(uint32_t h, const ptl_size_t *offsets, unsigned count) {
+    Lock lk(mu_);
+    Ni *n = ni_for_object(h);
+    Entry *e = n ? n->entry(h, true) : nullptr;
+    if (!e || !e->pooled || (count && !offsets) || count > e->slots.room()) return PTL_ARG_INVALID;
+    const uint64_t slot = e->desc.min_free, length = e->region.length;
+    for (unsigned i = 0; i < count; ++i)
+        if (offsets[i] > length || slot > length - offsets[i]) return PTL_ARG_INVALID;
+    for (unsigned i = 0; i < count; ++i) e->slots.push(offsets[i]);
     return PTL_OK;
 }
 

@@ -380,6 +380,8 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const ptl_size_t rlength = h.length;
     auto fits = [&](Entry *e) {
         if (!bits_match(*e, h.match_bits) || !source_matches(*n, *e, src)) return false;
+        if (e->pooled)  // a slot given, and room in it (PTLX_ME_SLOT_POOL)
+            return !e->slots.empty() && (rlength <= e->desc.min_free || !(e->opts() & PTL_ME_NO_TRUNCATE));
         if ((e->opts() & PTL_ME_NO_TRUNCATE) && rlength > 0) {  // M4
             const ptl_size_t off = (e->opts() & PTL_ME_MANAGE_LOCAL) ? e->local_offset : h.remote_offset;
             if (off > e->region.length || rlength > e->region.length - off) return false;
@@ -459,8 +461,12 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     // Offset and length (B1-B4, step 10-11).
     const bool local = e->opts() & PTL_ME_MANAGE_LOCAL;
-    const ptl_size_t offset = local ? e->local_offset : h.remote_offset;
-    ptl_size_t mlength = offset >= e->region.length ? 0 : std::min(rlength, e->region.length - offset);
+    const bool pooled = e->pooled;
+    const ptl_size_t offset = pooled ? e->slots.front() : local ? e->local_offset : h.remote_offset;
+    const ptl_size_t room = pooled                       ? e->desc.min_free
+                            : offset >= e->region.length ? 0
+                                                         : e->region.length - offset;
+    ptl_size_t mlength = std::min(rlength, room);
     const bool is_atomic = op == proto::kAtomic || op == proto::kFetchAtomic || op == proto::kSwap;
     const size_t dts = is_atomic ? atomics::datatype_size(h.atomic_type) : 1;
     if (is_atomic && dts) mlength -= mlength % dts;
@@ -527,7 +533,9 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     const ptl_ni_fail_t fail = (ok || mlength == 0) ? PTL_NI_OK : PTL_NI_SEGV;  // B6
     if (fail != PTL_NI_OK) out.clear();
     const bool slotted = local && (e->opts() & PTLX_ME_SLOTS) && e->desc.min_free;
-    if (local) {
+    if (pooled) {
+        e->slots.pop();
+    } else if (local) {
         if (slotted) {
             // Whole slots, at least one: each message starts a slot of its own.
             const ptl_size_t slot = e->desc.min_free;
@@ -594,7 +602,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;
     // slots (PTLX_ME_SLOTS) last while another slot can start, however short the last one.
     if ((e->opts() & PTL_ME_USE_ONCE) ||
-        (local && e->desc.min_free &&
+        (local && e->desc.min_free && !pooled &&
          (slotted ? e->local_offset >= e->region.length
                   : e->region.length - std::min(e->local_offset, e->region.length) < e->desc.min_free)))
         auto_unlink(n, pt, e);

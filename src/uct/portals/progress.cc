@@ -68,8 +68,8 @@ unsigned Iface::progress() {
         progress_clock = ucs_get_time();
     }
     if (n == 0 && rx_fifo.empty()) {
-        am_rx.repost_when_idle();
-        tag_rx.repost_when_idle();
+        am_rx.give_back_when_idle();
+        tag_rx.give_back_when_idle();
         if (!owing.empty()) send_owed_grants(false);
     }
     if (!eps.empty() && progress_clock >= next_peer_check) {

@@ -22,8 +22,8 @@ void set_release(char *body, unsigned headroom, uct_recv_desc_t *release) {
     *reinterpret_cast<uct_recv_desc_t **>(body - headroom - kDescPtr) = release;
 }
 
-// Descriptors per ME at most: one append serves this many messages.
-constexpr unsigned kMaxRun = 16;
+// Released descriptors given back together: one engine call per this many messages.
+constexpr unsigned kGiveBatch = 16;
 
 }  // namespace
 
@@ -42,12 +42,11 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     layout_ = layout;
     const size_t align = std::max<size_t>(layout.align, 64);
     stride_ = (layout.lead + seg_size + align - 1) / align * align;
-    // A receiver that is never idle re-posts when fewer than a quarter are posted: one sender
-    // may have its TX_WINDOW (64 by default, a quarter of the default 256) in flight, and what
-    // the pool lacks then meets the catch-all and is fetched, a round trip per message.
+    // A receiver that is never idle gives back at once when fewer than a quarter are with the
+    // engine: one sender may have its TX_WINDOW (64 by default, a quarter of the default 256)
+    // in flight, and what the pool lacks then meets the catch-all and is fetched, a round trip
+    // per message.
     batch_ = count_ / 4 ? count_ / 4 : 1;
-    // Each re-post also swaps the catch-all (two more list operations): idle ones gather a run.
-    idle_batch_ = std::min(batch_, kMaxRun);
     if (posix_memalign(reinterpret_cast<void **>(&buf_), align, stride_ * count_)) {
         ucs_error("portals: cannot allocate %u %s receive descriptors of %zu bytes", count_, name, stride_);
         return PTL_NO_SPACE;
@@ -56,108 +55,74 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     release_desc_.pool = this;
     release_fetched_.super.cb = release_fetched_cb;
     release_fetched_.pool = this;
-    for (unsigned i = 0; i < count_; ++i) set_release(body(int(i)), layout_.headroom, &release_desc_.super);
-    slots_.assign(count_, Slot::Free);
-    runs_.assign(count_, Run{});
-    for (unsigned k = count_; k-- > 0;) spare_runs_.push_back(k);
-    free_ = count_;
-    return repost();
+    for (unsigned i = 0; i < count_; ++i) set_release(body(i), layout_.headroom, &release_desc_.super);
+    order_.assign(count_, 0);
+    order_head_ = 0;
+    returned_.clear();
+    returned_.reserve(count_);
+    offsets_.reserve(count_);
+
+    // Slot k is body k, seg_size bytes: it ends before the headroom of body k + 1 begins.
+    ptl_me_t me = make_me(body(0), size_t(count_ - 1) * stride_ + seg_size_,
+                          PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOT_POOL | PTL_ME_NO_TRUNCATE, 0,
+                          ~ptl_match_bits_t(0));
+    me.min_free = seg_size_;
+    int rc = PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, nullptr, &me_);
+    if (rc != PTL_OK) {
+        ucs_error("portals: PtlMEAppend of %u %s receive descriptors failed: %d", count_, name, rc);
+        return rc;
+    }
+    const ptl_me_t ca = make_me(nullptr, 0, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~ptl_match_bits_t(0));
+    rc = PtlMEAppend(ni_, pt_, &ca, PTL_OVERFLOW_LIST, this, &catch_all_);
+    if (rc != PTL_OK) {
+        ucs_error("portals: PtlMEAppend of the %s catch-all failed: %d", name, rc);
+        return rc;
+    }
+    for (unsigned i = 0; i < count_; ++i) returned_.push_back(i);
+    return give_back();
 }
 
 void RxPool::cleanup() {
-    for (Run &r : runs_)
-        if (r.me != PTL_INVALID_HANDLE) PtlMEUnlink(r.me);
+    if (me_ != PTL_INVALID_HANDLE) PtlMEUnlink(me_);
     if (catch_all_ != PTL_INVALID_HANDLE) PtlMEUnlink(catch_all_);
-    catch_all_ = PTL_INVALID_HANDLE;
-    runs_.clear();
-    spare_runs_.clear();
-    slots_.clear();
+    me_ = catch_all_ = PTL_INVALID_HANDLE;
+    order_.clear();
+    returned_.clear();
+    posted_ = 0;
     std::free(buf_);
     buf_ = nullptr;
 }
 
-// A run's ME starts at its first body: slot k is body first + k, and the headroom of each body
-// is in the slot before it. A message longer than seg_size may reach into it within the run
-// (it is copied out at once, take), never past the run: the ME ends where the headroom of the
-// descriptor after it begins (that one may be kept by a handler meanwhile).
-int RxPool::post_run(unsigned first, unsigned len) {
-    ptl_me_t me = make_me(body(int(first)), size_t(len) * stride_ - layout_.lead,
-                          PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTLX_ME_SLOTS | PTL_ME_NO_TRUNCATE, 0,
-                          ~ptl_match_bits_t(0));
-    me.min_free = stride_;
-    Run &r = runs_[spare_runs_.back()];
-    const int rc = PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, &r, &r.me);
+// The engine takes them after those it holds, in this order: so they join our record of it.
+int RxPool::give_back() {
+    offsets_.clear();
+    for (unsigned i : returned_) {
+        offsets_.push_back(ptl_size_t(i) * stride_);
+        const unsigned tail = order_head_ + posted_;
+        order_[tail < count_ ? tail : tail - count_] = i;
+        ++posted_;
+    }
+    const int rc = PtlXMEGiveSlots(me_, offsets_.data(), unsigned(offsets_.size()));
     if (rc != PTL_OK) {
-        ucs_error("portals: PtlMEAppend of %u receive descriptors failed: %d", len, rc);
+        posted_ -= unsigned(returned_.size());
+        ucs_error("portals: giving %zu receive descriptors back failed: %d", returned_.size(), rc);
         return rc;
     }
-    spare_runs_.pop_back();
-    r.len = len;
-    r.taken = 0;
-    for (unsigned i = first; i < first + len; ++i) slots_[i] = Slot::Posted;
-    posted_ += len;
-    free_ -= len;
-    return PTL_OK;
-}
-
-// Appends every run of free descriptors, then a new catch-all, then unlinks the old
-// catch-all: the list stays [runs..., catch-all] at every instant a message may arrive.
-int RxPool::repost() {
-    for (unsigned i = 0; i < count_ && free_ > 0;) {
-        if (slots_[i] != Slot::Free) {
-            ++i;
-            continue;
-        }
-        unsigned len = 1;
-        while (len < kMaxRun && i + len < count_ && slots_[i + len] == Slot::Free) ++len;
-        if (int rc = post_run(i, len); rc != PTL_OK) return rc;
-        i += len;
-    }
-    ptl_me_t ca = make_me(nullptr, 0, PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL, 0, ~ptl_match_bits_t(0));
-    ptl_handle_me_t old = catch_all_;
-    int rc = PtlMEAppend(ni_, pt_, &ca, PTL_OVERFLOW_LIST, this, &catch_all_);
-    if (rc != PTL_OK) {
-        ucs_error("portals: PtlMEAppend of the catch-all failed: %d", rc);
-        return rc;
-    }
-    if (old != PTL_INVALID_HANDLE) PtlMEUnlink(old);
+    returned_.clear();
     return PTL_OK;
 }
 
 RecvBuf RxPool::take(const ptl_event_t &ev) {
-    const unsigned i = unsigned((static_cast<char *>(ev.start) - buf_) / ptrdiff_t(stride_));
-    // The slots it took (the engine's rule); the ones after the first are free again at once.
-    const unsigned slots = unsigned(std::max<size_t>(1, (ev.mlength + stride_ - 1) / stride_));
-    Run &r = *static_cast<Run *>(ev.user_ptr);
-    r.taken += slots;
-    if (r.taken >= r.len) {  // it unlinked itself
-        r.me = PTL_INVALID_HANDLE;
-        spare_runs_.push_back(unsigned(&r - runs_.data()));
+    unsigned i = order_[order_head_];
+    order_head_ = order_head_ + 1 == count_ ? 0 : order_head_ + 1;
+    --posted_;
+    if (body(i) != ev.start) [[unlikely]] {
+        // Out of step with the engine (not expected): the slot is found by its address.
+        ucs_error("portals: receive slot %p, expected %p", ev.start, static_cast<void *>(body(i)));
+        i = unsigned((static_cast<char *>(ev.start) - body(0)) / ptrdiff_t(stride_));
     }
-    posted_ -= slots;
-    for (unsigned k = i + 1; k < i + slots && k < count_; ++k) slots_[k] = Slot::Free;
-    free_ += slots - 1;
-    if (ev.mlength > seg_size_) {
-        // Longer than a descriptor (a sender with larger segments): it covers the headroom of
-        // the slot after it, which that slot's message and its handler write. Copied out now,
-        // before they do.
-        RecvBuf b = alloc_fetched(ev.mlength);
-        if (b.data) {
-            std::memcpy(b.data, ev.start, ev.mlength);
-            slots_[i] = Slot::Free;
-            ++free_;
-            return b;
-        }
-        // Delivered cut to a descriptor: the slots after it are free and may be rewritten.
-        ucs_error(
-            "portals: no memory to copy a %zu-byte message out of its receive slots; delivering %zu bytes",
-            size_t(ev.mlength), seg_size_);
-    }
-    slots_[i] = Slot::Held;
-    // The slot's release pointer may be where a longer message before it was.
-    set_release(body(int(i)), layout_.headroom, &release_desc_.super);
     RecvBuf b;
-    b.data = body(int(i));
+    b.data = body(i);
     b.length = std::min<size_t>(ev.mlength, seg_size_);
     b.headroom = layout_.headroom;
     b.pool = this;
@@ -166,15 +131,14 @@ RecvBuf RxPool::take(const ptl_event_t &ev) {
 }
 
 void RxPool::release(int index) {
-    slots_[size_t(index)] = Slot::Free;
-    ++free_;
-    if (posted_ < batch_) repost();
+    returned_.push_back(unsigned(index));
+    if (returned_.size() >= kGiveBatch || posted_ < batch_) give_back();
 }
 
 void RxPool::release_desc_cb(uct_recv_desc_t *self, void *desc) {
     RxPool *p = reinterpret_cast<ReleaseDesc *>(self)->pool;
     const int i = int((static_cast<char *>(desc) - p->buf_) / ptrdiff_t(p->stride_));
-    p->release(i);
+    p->release(i);  // a descriptor a handler kept: rare, the division is fine
 }
 
 void RxPool::release_fetched_cb(uct_recv_desc_t *self, void *desc) {

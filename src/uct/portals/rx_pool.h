@@ -1,15 +1,15 @@
 // Receive descriptors of one receive portal. Each descriptor holds one message, with UCT's
 // rx_headroom in front so a callback may keep it (UCT_CB_PARAM_FLAG_DESC) and release it later
-// with uct_iface_release_desc. Free descriptors next to each other go to the engine together,
-// up to 16 at a time, as one locally managed ME on the overflow list whose slots they are
-// (PTLX_ME_SLOTS): each message starts a descriptor of its own, and the ME unlinks by itself
-// once its last slot is taken, so there is one PtlMEAppend per run of descriptors rather
-// than per message. A descriptor a handler keeps only splits the runs around it. Behind the
-// runs sits a zero-length catch-all ME: a message that finds no free descriptor is truncated
-// there instead of dropped, and fetched from its sender. Runs go back followed by a fresh
-// catch-all before the old one is unlinked, so the list always ends with a catch-all and
-// descriptors are never stranded behind it. The re-post is left for a progress call that finds
-// nothing to do (repost_when_idle), off a ping-pong's critical path, unless the pool runs low.
+// with uct_iface_release_desc. All of them are the slots of one permanent ME on the overflow
+// list (PTLX_ME_SLOT_POOL, portals4_ext.h): a slot is a descriptor's body, seg_size bytes, and
+// the engine puts each message in the slot given to it longest ago. Released descriptors go
+// back in batches (PtlXMEGiveSlots), in any order: a descriptor a handler keeps stays out
+// meanwhile and holds up no other. The engine takes slots in the order given, so the slot of
+// the next message is the front of our own record of that order (no lookup, no division).
+// Behind the pool sits a zero-length catch-all ME: a message that finds no slot (or is longer
+// than seg_size) is truncated there instead of dropped, and fetched from its sender. Giving
+// back is left for a progress call that finds nothing to do (give_back_when_idle), off a
+// ping-pong's critical path, unless a batch gathered or the pool runs low.
 #pragma once
 
 extern "C" {
@@ -56,14 +56,13 @@ public:
 
     // Classifies an event's user_ptr.
     bool is_catch_all(const void *user_ptr) const { return user_ptr == this; }
-    // The descriptor a PUT event landed in (the ME's user_ptr is its Run).
+    // The descriptor a PUT event of the pool's ME landed in.
     RecvBuf take(const ptl_event_t &ev);
-    // The descriptor may be reused; re-posts at once only when the pool runs low.
+    // The descriptor may be reused; given back at once when a batch gathered or the pool runs low.
     void release(int index);
-    // For a progress call that found nothing to do: re-posts what was released meanwhile,
-    // once there is a run's worth.
-    void repost_when_idle() {
-        if (free_ >= idle_batch_) repost();
+    // For a progress call that found nothing to do: gives back what was released meanwhile.
+    void give_back_when_idle() {
+        if (!returned_.empty()) give_back();
     }
     unsigned posted() const { return posted_; }
     // A heap buffer with the same layout, for a message fetched from its sender.
@@ -74,9 +73,9 @@ public:
 private:
     static void release_desc_cb(uct_recv_desc_t *self, void *desc);
     static void release_fetched_cb(uct_recv_desc_t *self, void *desc);
-    char *element(int i) const { return buf_ + size_t(i) * stride_; }
-    char *body(int i) const { return element(i) + layout_.lead; }
-    int repost();
+    char *element(unsigned i) const { return buf_ + size_t(i) * stride_; }
+    char *body(unsigned i) const { return element(i) + layout_.lead; }
+    int give_back();
 
     struct ReleaseDesc {
         uct_recv_desc_t super;
@@ -84,25 +83,18 @@ private:
     };
     ReleaseDesc release_desc_{}, release_fetched_{};
     BufLayout layout_;
-    enum class Slot : uint8_t { Free, Posted, Held };
-    // An ME over descriptors [first, first + len): `taken` of its slots were consumed; it
-    // unlinks itself when all were. A record per ME, not per first descriptor: a run may start
-    // where one still linked began (its first message was released before the rest came).
-    struct Run {
-        ptl_handle_me_t me = PTL_INVALID_HANDLE;
-        unsigned len = 0, taken = 0;
-    };
-    int post_run(unsigned first, unsigned len);
 
     ptl_handle_ni_t ni_ = PTL_INVALID_HANDLE;
     ptl_pt_index_t pt_ = 0;
-    unsigned count_ = 0, posted_ = 0, free_ = 0, batch_ = 1, idle_batch_ = 1;
+    unsigned count_ = 0, posted_ = 0, batch_ = 1;
     size_t seg_size_ = 0, stride_ = 0;
     char *buf_ = nullptr;
-    std::vector<Slot> slots_;
-    std::vector<Run> runs_;             // count_ records: never more MEs than descriptors
-    std::vector<unsigned> spare_runs_;  // records of no ME
-    ptl_handle_me_t catch_all_ = PTL_INVALID_HANDLE;
+    ptl_handle_me_t me_ = PTL_INVALID_HANDLE, catch_all_ = PTL_INVALID_HANDLE;
+    // The descriptors the engine holds, in the order it takes them (a ring of count_).
+    std::vector<unsigned> order_;
+    unsigned order_head_ = 0;
+    std::vector<unsigned> returned_;   // released, not yet given back
+    std::vector<ptl_size_t> offsets_;  // give_back's argument, kept to avoid reallocating
 };
 
 }  // namespace uct_portals
