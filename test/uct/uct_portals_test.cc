@@ -213,16 +213,16 @@ TEST(UctPortals, KeptActiveMessageDescriptorsStayValidUntilReleased) {
         });
 }
 
-// Receive descriptors are slots of MEs over runs of them (rx_pool.h): a descriptor the handler
-// keeps splits the runs around it and stays intact, its headroom too, while hundreds of messages
-// pass; messages longer than the receiver's descriptors (a sender configured with larger
-// segments) arrive whole, spanning slots or fetched, never cut to a descriptor and never into
-// the kept one's headroom (PTLX_ME_SLOTS with PTL_ME_NO_TRUNCATE, runs ending where the next
-// descriptor's headroom begins).
-TEST(UctPortals, RunsOfDescriptorsKeepOneAndTakeLongerMessagesWhole) {
+// Receive descriptors are the slots of one permanent ME (rx_pool.h, PTLX_ME_SLOT_POOL): the ones
+// handlers keep (every seventh here, more than the pool holds in all) stay intact, headroom
+// included, while hundreds of messages pass, and go back in reverse order; messages longer than
+// the receiver's descriptors (a sender configured with larger segments) arrive whole (fetched),
+// never cut to a descriptor nor into a kept one's headroom.
+TEST(UctPortals, KeptDescriptorsHoldUpNoOtherAndLongerMessagesArriveWhole) {
     constexpr int kCount = 300;
     // Every third is just longer than a descriptor's body but shorter than its slot.
     auto length_of = [](int i) { return i % 3 == 0 ? size_t(1070) : size_t(i * 37 % 3000) + 1; };
+    auto kept_one = [](size_t index) { return index % 7 == 1; };
     run_pair(
         [&](Channel &c) {
             Side s;
@@ -232,28 +232,37 @@ TEST(UctPortals, RunsOfDescriptorsKeepOneAndTakeLongerMessagesWhole) {
                           s.iface, kAmId,
                           [](void *arg, void *data, size_t length, unsigned flags) {
                               auto *l = static_cast<AmLog *>(arg);
-                              l->keep = l->msgs.size() == 1 && (flags & UCT_CB_PARAM_FLAG_DESC);
+                              l->keep = l->msgs.size() % 7 == 1 && (flags & UCT_CB_PARAM_FLAG_DESC);
                               if (l->keep)
                                   std::memset(static_cast<char *>(data) - kRxHeadroom, 0xa5, kRxHeadroom);
-                              return am_handler(arg, data, length, flags);  // keeps the second
+                              return am_handler(arg, data, length, flags);
                           },
                           &log, 0),
                       UCS_OK);
             c.send(s.address().data(), s.address().size());
             ASSERT_TRUE(s.wait([&] { return log.msgs.size() == kCount; })) << log.msgs.size();
-            ASSERT_EQ(log.kept.size(), 1u);
-            char *kept = static_cast<char *>(log.kept[0]);
-            EXPECT_EQ(first_mismatch(kept, length_of(1), 1u), length_of(1))
-                << "the kept descriptor was overwritten";
-            const char *headroom = kept - kRxHeadroom;
-            for (size_t k = 0; k < kRxHeadroom; ++k)
-                ASSERT_EQ(uint8_t(headroom[k]), 0xa5) << "the kept descriptor's headroom was overwritten";
+            std::vector<size_t> kept_index;
+            for (size_t i = 0; i < size_t(kCount); ++i)
+                if (kept_one(i)) kept_index.push_back(i);
+            ASSERT_EQ(log.kept.size(), kept_index.size());
+            for (size_t k = 0; k < log.kept.size(); ++k) {
+                char *kept = static_cast<char *>(log.kept[k]);
+                const size_t i = kept_index[k];
+                EXPECT_EQ(first_mismatch(kept, length_of(int(i)), unsigned(i)), length_of(int(i)))
+                    << "kept descriptor of message " << i << " was overwritten";
+                const char *headroom = kept - kRxHeadroom;
+                for (size_t b = 0; b < kRxHeadroom; ++b)
+                    ASSERT_EQ(uint8_t(headroom[b]), 0xa5)
+                        << "the headroom of kept message " << i << " was overwritten";
+            }
             for (int i = 0; i < kCount; ++i) {
                 const std::vector<char> &m = log.msgs[size_t(i)];
                 ASSERT_EQ(m.size(), length_of(i)) << "message " << i;
                 EXPECT_EQ(first_mismatch(m.data(), m.size(), unsigned(i)), m.size()) << "message " << i;
             }
-            uct_iface_release_desc(kept - kRxHeadroom);
+            for (size_t k = log.kept.size(); k-- > 0;)
+                uct_iface_release_desc(static_cast<char *>(log.kept[k]) - kRxHeadroom);
+            log.kept.clear();
             c.signal("done");
             s.close();
         },

@@ -29,10 +29,14 @@ struct SlotFifo {
         --count;
     }
     uint32_t room() const { return uint32_t(ring.size()) - count; }
-    void push(uint64_t offset) {
-        const size_t tail = head + count;
-        ring[tail < ring.size() ? tail : tail - ring.size()] = offset;
-        ++count;
+    void push(const uint64_t *offsets, uint32_t n) {  // n <= room()
+        size_t tail = head + count;
+        if (tail >= ring.size()) tail -= ring.size();
+        for (uint32_t i = 0; i < n; ++i) {
+            ring[tail] = offsets[i];
+            if (++tail == ring.size()) tail = 0;
+        }
+        count += n;
     }
 };
 

@@ -190,10 +190,11 @@ int Engine::give_slots(uint32_t h, const ptl_size_t *offsets, unsigned count) {
     Ni *n = ni_for_object(h);
     Entry *e = n ? n->entry(h, true) : nullptr;
     if (!e || !e->pooled || (count && !offsets) || count > e->slots.room()) return PTL_ARG_INVALID;
-    const uint64_t slot = e->desc.min_free, length = e->region.length;
+    // Every slot starts at or before the last one that fits (validated before any is given).
+    const uint64_t last = e->region.length - e->desc.min_free;
     for (unsigned i = 0; i < count; ++i)
-        if (offsets[i] > length || slot > length - offsets[i]) return PTL_ARG_INVALID;
-    for (unsigned i = 0; i < count; ++i) e->slots.push(offsets[i]);
+        if (offsets[i] > last) return PTL_ARG_INVALID;
+    e->slots.push(offsets, count);
     return PTL_OK;
 }
 

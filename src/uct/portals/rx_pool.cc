@@ -60,7 +60,7 @@ int RxPool::init(ptl_handle_ni_t ni, ptl_pt_index_t pt, unsigned count, size_t s
     order_head_ = 0;
     returned_.clear();
     returned_.reserve(count_);
-    offsets_.reserve(count_);
+    offsets_.assign(count_, 0);
 
     // Slot k is body k, seg_size bytes: it ends before the headroom of body k + 1 begins.
     ptl_me_t me = make_me(body(0), size_t(count_ - 1) * stride_ + seg_size_,
@@ -95,19 +95,19 @@ void RxPool::cleanup() {
 
 // The engine takes them after those it holds, in this order: so they join our record of it.
 int RxPool::give_back() {
-    offsets_.clear();
-    for (unsigned i : returned_) {
-        offsets_.push_back(ptl_size_t(i) * stride_);
-        const unsigned tail = order_head_ + posted_;
+    const unsigned n = unsigned(returned_.size());
+    unsigned tail = order_head_ + posted_;
+    for (unsigned k = 0; k < n; ++k, ++tail) {
+        const unsigned i = returned_[k];
+        offsets_[k] = ptl_size_t(i) * stride_;
         order_[tail < count_ ? tail : tail - count_] = i;
-        ++posted_;
     }
-    const int rc = PtlXMEGiveSlots(me_, offsets_.data(), unsigned(offsets_.size()));
+    const int rc = PtlXMEGiveSlots(me_, offsets_.data(), n);
     if (rc != PTL_OK) {
-        posted_ -= unsigned(returned_.size());
-        ucs_error("portals: giving %zu receive descriptors back failed: %d", returned_.size(), rc);
+        ucs_error("portals: giving %u receive descriptors back failed: %d", n, rc);
         return rc;
     }
+    posted_ += n;
     returned_.clear();
     return PTL_OK;
 }
