@@ -73,43 +73,6 @@ void Ring::publish_padding(uint64_t pos, uint64_t cells) {
     pad->seq.store(pos + 1, std::memory_order_release);
 }
 
-CellHead *Ring::reserve(uint32_t src_nid, uint32_t src_pid, size_t header_len, size_t payload_len,
-                        uint64_t *pos_out) {
-    const uint64_t bytes = sizeof(CellHead) + header_len + payload_len;
-    const uint64_t cells =
-        cell_shift_ ? (bytes + cell_size_ - 1) >> cell_shift_ : (bytes + cell_size_ - 1) / cell_size_;
-    if (cells > ncells_ / 4) [[unlikely]]
-        return nullptr;
-
-    uint64_t pos = ctl_->enqueue_pos.load(std::memory_order_relaxed);
-    uint64_t room;
-    for (;;) {
-        room = ncells_ - (pos & mask_);
-        // A run never wraps: when it would, a padding run fills the ring's end first.
-        const uint64_t want = room < cells ? room + cells : cells;
-        if (pos + want > free_until_) {
-            // The consumer frees in order: everything before its dequeue position is free.
-            // Acquire: it was done reading those cells.
-            free_until_ = ctl_->dequeue_pos.load(std::memory_order_acquire) + ncells_;
-            if (pos + want > free_until_) return nullptr;
-        }
-        if (ctl_->enqueue_pos.compare_exchange_weak(pos, pos + want, std::memory_order_relaxed)) break;
-    }
-    if (room < cells) [[unlikely]] {
-        publish_padding(pos, room);
-        pos += room;
-    }
-    CellHead *h = head(pos);
-    h->ncells = uint32_t(cells);
-    h->kind = kMessage;
-    h->header_len = uint16_t(header_len);
-    h->payload_len = uint32_t(payload_len);
-    h->src_nid = src_nid;
-    h->src_pid = src_pid;
-    *pos_out = pos;
-    return h;
-}
-
 void Ring::publish(CellHead *h, uint64_t pos) {
     pushed_until_ = pos + h->ncells;  // read before the run is the consumer's
     h->seq.store(pos + 1, std::memory_order_release);

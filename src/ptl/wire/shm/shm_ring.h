@@ -115,10 +115,44 @@ public:
     }
 
 private:
-    // A run for the message, its head filled but for `seq`, at *pos; null if the ring has no
-    // room for it now. publish() hands it to the consumer.
+    // A run for the message, its head filled but for `seq`, at *pos_out; null if the ring has
+    // no room for it now. publish() hands it to the consumer. Inline: once per message sent.
     CellHead *reserve(uint32_t src_nid, uint32_t src_pid, size_t header_len, size_t payload_len,
-                      uint64_t *pos);
+                      uint64_t *pos_out) {
+        const uint64_t bytes = sizeof(CellHead) + header_len + payload_len;
+        const uint64_t cells =
+            cell_shift_ ? (bytes + cell_size_ - 1) >> cell_shift_ : (bytes + cell_size_ - 1) / cell_size_;
+        if (cells > ncells_ / 4) [[unlikely]]
+            return nullptr;
+
+        uint64_t pos = ctl_->enqueue_pos.load(std::memory_order_relaxed);
+        uint64_t room;
+        for (;;) {
+            room = ncells_ - (pos & mask_);
+            // A run never wraps: when it would, a padding run fills the ring's end first.
+            const uint64_t want = room < cells ? room + cells : cells;
+            if (pos + want > free_until_) {
+                // The consumer frees in order: everything before its dequeue position is free.
+                // Acquire: it was done reading those cells.
+                free_until_ = ctl_->dequeue_pos.load(std::memory_order_acquire) + ncells_;
+                if (pos + want > free_until_) return nullptr;
+            }
+            if (ctl_->enqueue_pos.compare_exchange_weak(pos, pos + want, std::memory_order_relaxed)) break;
+        }
+        if (room < cells) [[unlikely]] {
+            publish_padding(pos, room);
+            pos += room;
+        }
+        CellHead *h = head(pos);
+        h->ncells = uint32_t(cells);
+        h->kind = kMessage;
+        h->header_len = uint16_t(header_len);
+        h->payload_len = uint32_t(payload_len);
+        h->src_nid = src_nid;
+        h->src_pid = src_pid;
+        *pos_out = pos;
+        return h;
+    }
     void publish(CellHead *h, uint64_t pos);
     void publish_padding(uint64_t pos, uint64_t cells);
     void free_run(uint64_t cells);
