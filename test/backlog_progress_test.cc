@@ -2,7 +2,9 @@
 // sender's own progress moves them on: no doorbell rings for them. When the application
 // stops calling Portals after a burst, its progress thread must do it, even if it was asleep
 // waiting for traffic when the backlog began (it slept through whole bursts: a 200 ms stall,
-// PTL_LIVENESS_MS, in half of bench/ptl_pingpong's message-rate runs).
+// PTL_LIVENESS_MS, in half of bench/ptl_pingpong's message-rate runs). The puts arrive in
+// the order they were made, whether they went straight into the ring (common_put.cc) or
+// waited in the backlog: a put never overtakes the backlog.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,13 +17,14 @@ using namespace ptltest;
 namespace {
 
 constexpr int kPuts = 2000;  // far more than the receiver's 64-cell ring holds
+constexpr int kOvertakePuts = 20000;  // many rounds of the ring filling and draining
 constexpr ptl_pt_index_t kPt = 4;
 
 // The sender: opens an NI (its progress thread then falls asleep for want of traffic), learns
 // the target, puts kPuts messages to it, tells the parent, and calls nothing more until told
 // to finish. Forked before the parent opens its NI: a child of a process with an open NI
 // would share it.
-[[noreturn]] void sender(int to_parent, int from_parent) {
+[[noreturn]] void sender(int to_parent, int from_parent, int puts = kPuts) {
     setenv("PTL_LIVENESS_MS", "60000", 1);  // the sleep a missed wake-up would last
     unsetenv("PTL_PROGRESS");
     ptl_handle_ni_t ni;
@@ -35,8 +38,10 @@ constexpr ptl_pt_index_t kPt = 4;
     ptl_process_t target;
     if (read(from_parent, &target, sizeof target) != ssize_t(sizeof target)) _exit(1);
     usleep(100000);  // long enough for the progress thread to go to sleep
-    for (int i = 0; i < kPuts; ++i)
-        if (PtlPut(md, 0, sizeof buf, PTL_NO_ACK_REQ, target, kPt, 0, 0, nullptr, 0) != PTL_OK) _exit(1);
+    for (int i = 0; i < puts; ++i)
+        if (PtlPut(md, 0, sizeof buf, PTL_NO_ACK_REQ, target, kPt, 0, 0, nullptr, ptl_hdr_data_t(i)) !=
+            PTL_OK)
+            _exit(1);
     char c = 'p';
     if (write(to_parent, &c, 1) != 1 || read(from_parent, &c, 1) != 1) _exit(1);
     PtlMDRelease(md);
@@ -75,10 +80,13 @@ TEST(ProgressThread, MovesABacklogOnWhileTheApplicationIsAway) {
     ASSERT_EQ(PtlGetPhysId(ni, &self), PTL_OK);
     ptl_handle_ct_t ct;
     ASSERT_EQ(PtlCTAlloc(ni, &ct), PTL_OK);
+    ptl_handle_eq_t eq;
+    ASSERT_EQ(PtlEQAlloc(ni, kPuts + 16, &eq), PTL_OK);
     ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, kPt, &pt), PTL_OK);
+    ASSERT_EQ(PtlPTAlloc(ni, 0, eq, kPt, &pt), PTL_OK);
     static char rbuf[8];
-    const ptl_le_t le = le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM, ct);
+    const ptl_le_t le =
+        le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_LINK_DISABLE, ct);
     ptl_handle_le_t leh;
     ASSERT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &leh), PTL_OK);
     ASSERT_EQ(write(down[1], &self, sizeof self), ssize_t(sizeof self));
@@ -88,6 +96,12 @@ TEST(ProgressThread, MovesABacklogOnWhileTheApplicationIsAway) {
     const ptl_ct_event_t got = ct_wait(ct, kPuts, 10000);
     EXPECT_EQ(got.success, ptl_size_t(kPuts));
     EXPECT_EQ(got.failure, 0u);
+    for (int i = 0; i < kPuts; ++i) {
+        ptl_event_t ev;
+        ASSERT_EQ(PtlEQGet(eq, &ev), PTL_OK) << i;
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
+        ASSERT_EQ(ev.hdr_data, ptl_hdr_data_t(i)) << "puts arrived out of order";
+    }
     ASSERT_EQ(write(down[1], "x", 1), 1);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);
@@ -95,6 +109,67 @@ TEST(ProgressThread, MovesABacklogOnWhileTheApplicationIsAway) {
     close(up[0]);
     close(down[1]);
     EXPECT_EQ(PtlLEUnlink(leh), PTL_OK);
+    EXPECT_EQ(PtlPTFree(ni, pt), PTL_OK);
+    EXPECT_EQ(PtlEQFree(eq), PTL_OK);
+    EXPECT_EQ(PtlNIFini(ni), PTL_OK);
+    PtlFini();
+}
+
+// The receiver drains its ring while the burst goes on, so room appears while the sender's
+// backlog still holds messages: a later put must still queue behind them (ShmWire::send_now
+// refuses while there is a backlog), never go straight into the freed cells.
+TEST(ProgressThread, PutsNeverOvertakeTheBacklog) {
+    int up[2], down[2];
+    ASSERT_EQ(pipe(up), 0);
+    ASSERT_EQ(pipe(down), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        close(up[0]);
+        close(down[1]);
+        sender(up[1], down[0], kOvertakePuts);
+    }
+    close(up[1]);
+    close(down[0]);
+    setenv("PTL_SHM_CELLS", "64", 1);
+    setenv("PTL_PROGRESS", "manual", 1);
+    ASSERT_EQ(PtlInit(), PTL_OK);
+    unsetenv("PTL_SHM_CELLS");
+    unsetenv("PTL_PROGRESS");
+    ptl_handle_ni_t ni;
+    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
+                        nullptr, &ni),
+              PTL_OK);
+    ptl_process_t self{};
+    ASSERT_EQ(PtlGetPhysId(ni, &self), PTL_OK);
+    ptl_handle_eq_t eq;
+    ASSERT_EQ(PtlEQAlloc(ni, kOvertakePuts + 16, &eq), PTL_OK);
+    ptl_pt_index_t pt;
+    ASSERT_EQ(PtlPTAlloc(ni, 0, eq, kPt, &pt), PTL_OK);
+    static char rbuf[8];
+    const ptl_le_t le = le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE, PTL_CT_NONE);
+    ptl_handle_le_t leh;
+    ASSERT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &leh), PTL_OK);
+    ASSERT_EQ(write(down[1], &self, sizeof self), ssize_t(sizeof self));
+    // Each PtlEQWait drives a progress (manual mode) while the sender bursts.
+    for (int i = 0; i < kOvertakePuts; ++i) {
+        ptl_event_t ev;
+        unsigned which;
+        ASSERT_EQ(PtlEQPoll(&eq, 1, 10000, &ev, &which), PTL_OK) << "put " << i << " never arrived";
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
+        ASSERT_EQ(ev.hdr_data, ptl_hdr_data_t(i)) << "a put overtook earlier ones";
+    }
+    char c;
+    ASSERT_EQ(read(up[0], &c, 1), 1) << "the sender failed";
+    ASSERT_EQ(write(down[1], "x", 1), 1);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(up[0]);
+    close(down[1]);
+    EXPECT_EQ(PtlLEUnlink(leh), PTL_OK);
+    EXPECT_EQ(PtlPTFree(ni, pt), PTL_OK);
+    EXPECT_EQ(PtlEQFree(eq), PTL_OK);
     EXPECT_EQ(PtlNIFini(ni), PTL_OK);
     PtlFini();
 }
