@@ -17,7 +17,8 @@ using namespace ptltest;
 namespace {
 
 constexpr int kPuts = 2000;  // far more than the receiver's 64-cell ring holds
-constexpr int kOvertakePuts = 20000;  // many rounds of the ring filling and draining
+constexpr int kOvertakePuts = 100000;  // many rounds of the ring filling and draining (20,000 missed
+                                       // a put sent past the backlog 2 runs in 3)
 constexpr ptl_pt_index_t kPt = 4;
 
 // The sender: opens an NI (its progress thread then falls asleep for want of traffic), learns
@@ -50,126 +51,103 @@ constexpr ptl_pt_index_t kPt = 4;
     _exit(0);
 }
 
+// The receiver (this process) and a forked sender of `puts` puts: a small ring, and no
+// progress thread of its own (manual progress), so only its own calls take messages out of
+// its ring. Each put carries its index in hdr_data; the receiver's events say the order.
+class Burst {
+public:
+    void start(int puts) {
+        ASSERT_EQ(pipe(up_), 0);
+        ASSERT_EQ(pipe(down_), 0);
+        child_ = fork();
+        ASSERT_GE(child_, 0);
+        if (child_ == 0) {
+            close(up_[0]);
+            close(down_[1]);
+            sender(up_[1], down_[0], puts);
+        }
+        close(up_[1]);
+        close(down_[0]);
+        setenv("PTL_SHM_CELLS", "64", 1);
+        setenv("PTL_PROGRESS", "manual", 1);
+        ASSERT_EQ(PtlInit(), PTL_OK);
+        unsetenv("PTL_SHM_CELLS");
+        unsetenv("PTL_PROGRESS");
+        ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
+                            nullptr, &ni_),
+                  PTL_OK);
+        ptl_process_t self{};
+        ASSERT_EQ(PtlGetPhysId(ni_, &self), PTL_OK);
+        ASSERT_EQ(PtlCTAlloc(ni_, &ct_), PTL_OK);
+        ASSERT_EQ(PtlEQAlloc(ni_, ptl_size_t(puts) + 16, &eq_), PTL_OK);
+        ASSERT_EQ(PtlPTAlloc(ni_, 0, eq_, kPt, &pt_), PTL_OK);
+        static char rbuf[8];
+        const ptl_le_t le =
+            le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_LINK_DISABLE, ct_);
+        ASSERT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &le_), PTL_OK);
+        ASSERT_EQ(write(down_[1], &self, sizeof self), ssize_t(sizeof self));
+    }
+    // Blocks until the sender has made every put (not until they arrived).
+    void wait_sender_done() {
+        char c;
+        ASSERT_EQ(read(up_[0], &c, 1), 1) << "the sender failed";
+    }
+    // The next event, in put order (each waits up to 10 s, driving progress meanwhile).
+    void expect_put(int i) {
+        ptl_event_t ev;
+        unsigned which;
+        ASSERT_EQ(PtlEQPoll(&eq_, 1, 10000, &ev, &which), PTL_OK) << "put " << i << " never arrived";
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
+        ASSERT_EQ(ev.hdr_data, ptl_hdr_data_t(i)) << "a put arrived out of order";
+    }
+    ptl_handle_ct_t ct() const { return ct_; }
+    void finish() {
+        ASSERT_EQ(write(down_[1], "x", 1), 1);
+        int status = 0;
+        ASSERT_EQ(waitpid(child_, &status, 0), child_);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        close(up_[0]);
+        close(down_[1]);
+        EXPECT_EQ(PtlLEUnlink(le_), PTL_OK);
+        EXPECT_EQ(PtlPTFree(ni_, pt_), PTL_OK);
+        EXPECT_EQ(PtlEQFree(eq_), PTL_OK);
+        EXPECT_EQ(PtlCTFree(ct_), PTL_OK);
+        EXPECT_EQ(PtlNIFini(ni_), PTL_OK);
+        PtlFini();
+    }
+
+private:
+    int up_[2] = {-1, -1}, down_[2] = {-1, -1};
+    pid_t child_ = -1;
+    ptl_handle_ni_t ni_{};
+    ptl_handle_ct_t ct_{};
+    ptl_handle_eq_t eq_{};
+    ptl_pt_index_t pt_ = 0;
+    ptl_handle_le_t le_{};
+};
+
 }  // namespace
 
 TEST(ProgressThread, MovesABacklogOnWhileTheApplicationIsAway) {
-    int up[2], down[2];
-    ASSERT_EQ(pipe(up), 0);
-    ASSERT_EQ(pipe(down), 0);
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        close(up[0]);
-        close(down[1]);
-        sender(up[1], down[0]);
-    }
-    close(up[1]);
-    close(down[0]);
-    // The receiver: a small ring, and no progress thread of its own, so nothing is taken out
-    // of its ring until the burst is over and the sender's backlog holds the rest.
-    setenv("PTL_SHM_CELLS", "64", 1);
-    setenv("PTL_PROGRESS", "manual", 1);
-    ASSERT_EQ(PtlInit(), PTL_OK);
-    unsetenv("PTL_SHM_CELLS");
-    unsetenv("PTL_PROGRESS");
-    ptl_handle_ni_t ni;
-    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
-                        nullptr, &ni),
-              PTL_OK);
-    ptl_process_t self{};
-    ASSERT_EQ(PtlGetPhysId(ni, &self), PTL_OK);
-    ptl_handle_ct_t ct;
-    ASSERT_EQ(PtlCTAlloc(ni, &ct), PTL_OK);
-    ptl_handle_eq_t eq;
-    ASSERT_EQ(PtlEQAlloc(ni, kPuts + 16, &eq), PTL_OK);
-    ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni, 0, eq, kPt, &pt), PTL_OK);
-    static char rbuf[8];
-    const ptl_le_t le =
-        le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM | PTL_LE_EVENT_LINK_DISABLE, ct);
-    ptl_handle_le_t leh;
-    ASSERT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &leh), PTL_OK);
-    ASSERT_EQ(write(down[1], &self, sizeof self), ssize_t(sizeof self));
-    char c;
-    ASSERT_EQ(read(up[0], &c, 1), 1) << "the sender failed";
-    // The sender is away now; only its progress thread can deliver what its backlog holds.
-    const ptl_ct_event_t got = ct_wait(ct, kPuts, 10000);
+    Burst b;
+    ASSERT_NO_FATAL_FAILURE(b.start(kPuts));
+    // Nothing is taken out of the ring until the burst is over and the sender's backlog holds
+    // the rest; the sender is away then, and only its progress thread can deliver the rest.
+    ASSERT_NO_FATAL_FAILURE(b.wait_sender_done());
+    const ptl_ct_event_t got = ct_wait(b.ct(), kPuts, 10000);
     EXPECT_EQ(got.success, ptl_size_t(kPuts));
     EXPECT_EQ(got.failure, 0u);
-    for (int i = 0; i < kPuts; ++i) {
-        ptl_event_t ev;
-        ASSERT_EQ(PtlEQGet(eq, &ev), PTL_OK) << i;
-        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
-        ASSERT_EQ(ev.hdr_data, ptl_hdr_data_t(i)) << "puts arrived out of order";
-    }
-    ASSERT_EQ(write(down[1], "x", 1), 1);
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    close(up[0]);
-    close(down[1]);
-    EXPECT_EQ(PtlLEUnlink(leh), PTL_OK);
-    EXPECT_EQ(PtlPTFree(ni, pt), PTL_OK);
-    EXPECT_EQ(PtlEQFree(eq), PTL_OK);
-    EXPECT_EQ(PtlNIFini(ni), PTL_OK);
-    PtlFini();
+    for (int i = 0; i < kPuts; ++i) ASSERT_NO_FATAL_FAILURE(b.expect_put(i));
+    b.finish();
 }
 
 // The receiver drains its ring while the burst goes on, so room appears while the sender's
 // backlog still holds messages: a later put must still queue behind them (ShmWire::send_now
 // refuses while there is a backlog), never go straight into the freed cells.
 TEST(ProgressThread, PutsNeverOvertakeTheBacklog) {
-    int up[2], down[2];
-    ASSERT_EQ(pipe(up), 0);
-    ASSERT_EQ(pipe(down), 0);
-    const pid_t child = fork();
-    ASSERT_GE(child, 0);
-    if (child == 0) {
-        close(up[0]);
-        close(down[1]);
-        sender(up[1], down[0], kOvertakePuts);
-    }
-    close(up[1]);
-    close(down[0]);
-    setenv("PTL_SHM_CELLS", "64", 1);
-    setenv("PTL_PROGRESS", "manual", 1);
-    ASSERT_EQ(PtlInit(), PTL_OK);
-    unsetenv("PTL_SHM_CELLS");
-    unsetenv("PTL_PROGRESS");
-    ptl_handle_ni_t ni;
-    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr,
-                        nullptr, &ni),
-              PTL_OK);
-    ptl_process_t self{};
-    ASSERT_EQ(PtlGetPhysId(ni, &self), PTL_OK);
-    ptl_handle_eq_t eq;
-    ASSERT_EQ(PtlEQAlloc(ni, kOvertakePuts + 16, &eq), PTL_OK);
-    ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni, 0, eq, kPt, &pt), PTL_OK);
-    static char rbuf[8];
-    const ptl_le_t le = le_desc(rbuf, sizeof rbuf, PTL_LE_OP_PUT | PTL_LE_EVENT_LINK_DISABLE, PTL_CT_NONE);
-    ptl_handle_le_t leh;
-    ASSERT_EQ(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, nullptr, &leh), PTL_OK);
-    ASSERT_EQ(write(down[1], &self, sizeof self), ssize_t(sizeof self));
-    // Each PtlEQWait drives a progress (manual mode) while the sender bursts.
-    for (int i = 0; i < kOvertakePuts; ++i) {
-        ptl_event_t ev;
-        unsigned which;
-        ASSERT_EQ(PtlEQPoll(&eq, 1, 10000, &ev, &which), PTL_OK) << "put " << i << " never arrived";
-        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << i;
-        ASSERT_EQ(ev.hdr_data, ptl_hdr_data_t(i)) << "a put overtook earlier ones";
-    }
-    char c;
-    ASSERT_EQ(read(up[0], &c, 1), 1) << "the sender failed";
-    ASSERT_EQ(write(down[1], "x", 1), 1);
-    int status = 0;
-    ASSERT_EQ(waitpid(child, &status, 0), child);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    close(up[0]);
-    close(down[1]);
-    EXPECT_EQ(PtlLEUnlink(leh), PTL_OK);
-    EXPECT_EQ(PtlPTFree(ni, pt), PTL_OK);
-    EXPECT_EQ(PtlEQFree(eq), PTL_OK);
-    EXPECT_EQ(PtlNIFini(ni), PTL_OK);
-    PtlFini();
+    Burst b;
+    ASSERT_NO_FATAL_FAILURE(b.start(kOvertakePuts));
+    for (int i = 0; i < kOvertakePuts; ++i) ASSERT_NO_FATAL_FAILURE(b.expect_put(i));
+    ASSERT_NO_FATAL_FAILURE(b.wait_sender_done());
+    b.finish();
 }
