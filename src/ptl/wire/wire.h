@@ -49,15 +49,6 @@ public:
     virtual bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                       int payload_count) = 0;
 
-    // As send, for a payload in one piece: the engine's common small message, which a wire may
-    // copy with less bookkeeping. A wire may refuse (false) what it would have to queue; the
-    // caller then sends it the general way, which queues it in order or reports it undeliverable.
-    virtual bool send_now(PeerId to, const void *header, size_t header_len, const void *payload,
-                          size_t payload_len) {
-        const struct iovec v = {const_cast<void *>(payload), payload_len};
-        return send(to, header, header_len, &v, 1);
-    }
-
     // As send, for a message no one waits on at once (an acknowledgement): a wire whose every
     // send is a system call may hold it until the next send to the peer, which carries both,
     // or until the next progress, whichever comes first.

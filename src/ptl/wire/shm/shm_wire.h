@@ -30,8 +30,10 @@ public:
 
     bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
               int payload_count) override;
-    bool send_now(PeerId to, const void *header, size_t header_len, const void *payload,
-                  size_t payload_len) override {
+    // As send, for a payload in one piece (the engine's common small put, common_put.cc):
+    // false also when it would have to wait in the backlog, which the caller's general send
+    // then joins in order.
+    bool send_now(PeerId to, const void *header, size_t header_len, const void *payload, size_t payload_len) {
         Peer *p = peer(to);
         return p && !p->dead && p->backlog.empty() &&
                p->ring.try_push(self_.nid, self_.pid, header, header_len, payload, payload_len);
