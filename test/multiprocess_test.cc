@@ -423,6 +423,68 @@ TEST_F(Job, AtomicsContentionFromAllRanks) {
     }
 }
 
+// B9, I-list (put): no-ack puts whose MD and target change from one put to the next, the own
+// rank among the targets (loopback, not the common path), one MD released halfway and its slot
+// bound again over other memory: each put carries the bytes of the MD it named, lands where its
+// target's ME for that sender says, and the released handle is refused (the engine keeps what
+// it found about the last MD and target, common_put.cc: it must never outlive them).
+TEST_F(Job, NoAckPutsAcrossChangingMdsAndTargetsCarryTheirOwnBytes) {
+    constexpr int kRounds = 240;
+    const int n = nranks(), me_rank = rank();
+    std::vector<uint64_t> recv(size_t(n) * kRounds, 0);
+    ptl_handle_ct_t rct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rct), PTL_OK);
+    for (int s = 0; s < n; ++s) {
+        ptl_me_t me = me_from(
+            s, &recv[size_t(s) * kRounds], kRounds * 8,
+            PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_CT_COMM,
+            ptl_match_bits_t(100 + s), 0, rct);
+        ptl_handle_me_t h;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    auto value = [](int which, int from, int round) {
+        return uint64_t(which) << 48 | uint64_t(from) << 32 | uint64_t(round);
+    };
+    std::vector<uint64_t> a(kRounds), b(kRounds), c(kRounds);
+    for (int k = 0; k < kRounds; ++k) {
+        a[size_t(k)] = value(1, me_rank, k);
+        b[size_t(k)] = value(2, me_rank, k);
+        c[size_t(k)] = value(3, me_rank, k);
+    }
+    const unsigned quiet = PTL_MD_EVENT_SEND_DISABLE;
+    ptl_handle_md_t ma = bind(a.data(), kRounds * 8, quiet), mb = bind(b.data(), kRounds * 8, quiet);
+    auto target_of = [n](int from, int round) { return (from + round / 3) % n; };
+    auto md_of = [](int round) { return round % 2 == 0 ? 1 : (round < kRounds / 2 ? 2 : 3); };
+    for (int k = 0; k < kRounds; ++k) {
+        if (k == kRounds / 2) {
+            ASSERT_EQ(PtlMDRelease(mb), PTL_OK);
+            const ptl_handle_md_t released = mb;  // the last put's MD, to the last put's target
+            EXPECT_EQ(PtlPut(released, 0, 8, PTL_NO_ACK_REQ, to(target_of(me_rank, k - 1)), pt_,
+                             ptl_match_bits_t(100 + me_rank), 0, nullptr, 0),
+                      PTL_ARG_INVALID);
+            mb = bind(c.data(), kRounds * 8, quiet);  // most likely the released slot, a new handle
+        }
+        const ptl_handle_md_t md = md_of(k) == 1 ? ma : mb;
+        ASSERT_EQ(PtlPut(md, size_t(k) * 8, 8, PTL_NO_ACK_REQ, to(target_of(me_rank, k)), pt_,
+                         ptl_match_bits_t(100 + me_rank), size_t(k) * 8, nullptr, 0),
+                  PTL_OK);
+    }
+    ptl_size_t expected = 0;
+    for (int s = 0; s < n; ++s)
+        for (int k = 0; k < kRounds; ++k) expected += target_of(s, k) == me_rank;
+    EXPECT_EQ(ct_wait(rct, expected, 20000).failure, 0u);
+    for (int s = 0; s < n; ++s)
+        for (int k = 0; k < kRounds; ++k)
+            EXPECT_EQ(recv[size_t(s) * kRounds + size_t(k)],
+                      target_of(s, k) == me_rank ? value(md_of(k), s, k) : 0)
+                << "from rank " << s << ", round " << k;
+    ASSERT_EQ(ptlrt_barrier(), 0);  // nobody's puts still in flight when the NI goes
+    EXPECT_EQ(PtlMDRelease(ma), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(mb), PTL_OK);
+    EXPECT_EQ(PtlCTFree(rct), PTL_OK);
+}
+
 // Rank 0 polls its EQ with PtlXProgressEQ, the UCT face's poll, while every other rank
 // sends it bursts of puts: idle polls skip the engine lock (they look at the shm ring and the
 // event count only) and the progress thread delivers beside them. Every message arrives, in

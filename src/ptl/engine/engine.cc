@@ -283,6 +283,7 @@ void Engine::close_physical() {
     loop_.reset();
     peer_tables_.clear();  // they point into peers' segments, which shm_ maps
     last_table_ = nullptr;
+    forget_put_route();
     exports_ = nullptr;
     holding_published_ = false;
     close_remote();
@@ -427,6 +428,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     revoke_exports(n, 0, true);
     n->cts.for_each([this](Ct &c) { release_remote_counter(&c); });
     nis_[n->index] = nullptr;
+    if (route_.md && route_.md->ni == n) forget_put_route();
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
     bool none = std::all_of(std::begin(nis_), std::end(nis_), [](Ni *x) { return !x; });
@@ -479,6 +481,7 @@ int Engine::set_map(ptl_handle_ni_t h, ptl_size_t size, const ptl_process_t *map
     n->map.assign(mapping, mapping + size);
     n->map_set = true;
     n->self_rank = n->rank_of(self_);
+    forget_put_route();
     return PTL_OK;
 }
 
@@ -642,6 +645,7 @@ int Engine::md_release(ptl_handle_md_t h) {
     if (m->pending && rdma_) rdma_->reap_remote();  // one-sided operations complete without progress
     if (m->pending) return PTL_IN_USE;  // a SEND or REPLY is still due (I-list 19)
     m->ni->mds.remove(split_handle(h).slot);
+    if (route_.md == m) forget_put_route();
     return PTL_OK;
 }
 

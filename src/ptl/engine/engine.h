@@ -37,6 +37,7 @@ namespace ptl {
 
 namespace shm {
 class ShmWire;
+struct Peer;
 }
 namespace tcp {
 class TcpWire;
@@ -257,7 +258,30 @@ private:
     // initiator.cc's checks and send_op for the common small put (common_put.cc); kNotCommon:
     // not such a put, nothing done.
     static constexpr int kNotCommon = -2;
-    int common_put(const DataOpArgs &a);
+    [[gnu::always_inline]] inline int common_put(const DataOpArgs &a);
+    // What the common put's checks found for the last MD and target it sent from and to: true
+    // until the MD is released, the map set or the NI closed (forget_put_route then).
+    struct PutRoute {
+        Md *md = nullptr;  // null: no route
+        ptl_handle_md_t md_handle = PTL_INVALID_HANDLE;
+        bool logical = false;  // then only target.rank names the target
+        bool matching = false;
+        bool send_event = false;  // a SEND event, when the MD has an EQ
+        bool count_send = false;  // else a SEND count, when it has a CT
+        bool count_bytes = false;
+        bool table_may_appear = false;  // no export table of the peer's yet: look again
+        ptl_process_t target{};
+        const char *base = nullptr;  // the MD's memory, contiguous
+        uint64_t md_length = 0;
+        uint64_t max_length = 0;  // inline: the rendezvous threshold, max_msg_size, ring room
+        uint32_t pt_count = 0;
+        shm::Peer *peer = nullptr;
+        PeerId peer_id{};
+        direct::PeerTable *table = nullptr;
+        proto::Header header{};  // all but pt_index, match_bits, hdr_data, remote_offset, length
+    };
+    bool set_put_route(const DataOpArgs &a);
+    void forget_put_route() { route_ = PutRoute(); }
     // A fired trigger's operation: checked, then direct or sent.
     int start_op(TrigKind kind, const DataOpArgs &a);
     // The message path: the request to the target's engine.
@@ -413,6 +437,7 @@ private:
     std::unordered_map<PeerId, std::unique_ptr<direct::PeerTable>, PeerIdHash> peer_tables_;
     PeerId last_table_peer_{};
     direct::PeerTable *last_table_ = nullptr;
+    PutRoute route_;
     bool holding_published_ = false;
     // The direct path over RDMA: the wire, our exports by slot and who holds them (owner
     // side), what peers exported to us and our operations in flight (initiator side).

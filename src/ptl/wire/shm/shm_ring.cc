@@ -73,14 +73,6 @@ void Ring::publish_padding(uint64_t pos, uint64_t cells) {
     pad->seq.store(pos + 1, std::memory_order_release);
 }
 
-void Ring::publish(CellHead *h, uint64_t pos) {
-    pushed_until_ = pos + h->ncells;  // read before the run is the consumer's
-    h->seq.store(pos + 1, std::memory_order_release);
-    // Pairs with the consumer's fence between setting `sleeping` and re-checking the ring.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    ring_doorbell_if_sleeping();
-}
-
 bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
                     const struct iovec *payload, int payload_count, size_t payload_len) {
     uint64_t pos;
@@ -98,10 +90,10 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
     return true;
 }
 
-void Ring::ring_doorbell_if_sleeping() {
+void Ring::ring_doorbell() {
     // One wake per sleep: the first producer to see the flag clears it, the rest skip the
     // system call (the consumer re-arms before it sleeps again).
-    if (ctl_->sleeping.load(std::memory_order_relaxed) && ctl_->sleeping.exchange(0)) {
+    if (ctl_->sleeping.exchange(0)) {
         ctl_->doorbell.fetch_add(1, std::memory_order_release);
         syscall(SYS_futex, &ctl_->doorbell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
     }

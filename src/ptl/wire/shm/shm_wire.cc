@@ -69,7 +69,7 @@ ShmWire::~ShmWire() {
     }
 }
 
-ShmWire::Peer *ShmWire::find_peer(PeerId id) {
+Peer *ShmWire::find_peer(PeerId id) {
     auto it = peers_.find(id);
     if (it != peers_.end()) return last_peer_ = it->second.get();
     auto p = std::make_unique<Peer>();

@@ -23,6 +23,20 @@ struct ShmConfig {
     uint64_t export_bytes = 0;  // the engine's export area (direct_exports.h)
 };
 
+// A process on this host we send to: its ring mapped here. It stays until the wire goes, so
+// it may be kept by pointer (the engine's common put does).
+struct Peer {
+    PeerId id;
+    void *base = nullptr;
+    size_t len = 0;
+    Ring ring;
+    int32_t os_pid = 0;
+    bool dead = false;
+    uint64_t next_liveness_check_ns = 0;
+    std::deque<std::vector<char>> backlog;  // serialized [u16 header_len][header][payload]
+    PeerPages pages;                        // its adopted pages we mapped
+};
+
 class ShmWire final : public Wire {
 public:
     static std::unique_ptr<ShmWire> create(PeerId self, const ShmConfig &cfg, std::string *err);
@@ -30,13 +44,15 @@ public:
 
     bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
               int payload_count) override;
-    // As send, for a payload in one piece (the engine's common small put, common_put.cc):
-    // false also when it would have to wait in the backlog, which the caller's general send
-    // then joins in order.
-    bool send_now(PeerId to, const void *header, size_t header_len, const void *payload, size_t payload_len) {
-        Peer *p = peer(to);
-        return p && !p->dead && p->backlog.empty() &&
-               p->ring.try_push(self_.nid, self_.pid, header, header_len, payload, payload_len);
+    // The peer to send to, its ring mapped on first use; null if it cannot be reached.
+    Peer *peer(PeerId id) { return last_peer_ && last_peer_->id == id ? last_peer_ : find_peer(id); }
+    // As send, for a payload in one piece and a header `fill(void *at)` writes in the ring (the
+    // engine's common small put, common_put.cc): false also when it would have to wait in the
+    // backlog, which the caller's general send then joins in order.
+    template <class Fill>
+    bool send_now(Peer *p, size_t header_len, const void *payload, size_t payload_len, Fill &&fill) {
+        return !p->dead && p->backlog.empty() &&
+               p->ring.try_push_filled(self_.nid, self_.pid, header_len, payload, payload_len, fill);
     }
     size_t max_inline(PeerId to) const override;
     int progress(const MessageHandler &handler) override;
@@ -96,21 +112,7 @@ public:
     char *map_peer_pages(PeerId id, int fd, uint64_t ino, uint64_t len);
 
 private:
-    struct Peer {
-        PeerId id;
-        void *base = nullptr;
-        size_t len = 0;
-        Ring ring;
-        int32_t os_pid = 0;
-        bool dead = false;
-        uint64_t next_liveness_check_ns = 0;
-        std::deque<std::vector<char>> backlog;  // serialized [u16 header_len][header][payload]
-        PeerPages pages;                        // its adopted pages we mapped
-    };
-
     ShmWire() = default;
-    // Peers stay until the wire goes: the last one found may be kept by pointer.
-    Peer *peer(PeerId id) { return last_peer_ && last_peer_->id == id ? last_peer_ : find_peer(id); }
     Peer *find_peer(PeerId id);
     bool flush_backlog(Peer &p);
     bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write);
