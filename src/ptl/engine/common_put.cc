@@ -40,8 +40,15 @@ int Engine::common_put(const DataOpArgs &a) {
     direct::PeerTable *table = r.table;
     if (!table && r.table_may_appear) [[unlikely]]
         table = route_.table = peer_table(r.peer_id);
-    if (table && table->find(r.header.ni_index, uint16_t(a.pt_index), a.match_bits, r.matching).slot >= 0)
-        return kNotCommon;
+    if (const uint64_t version = table ? table->version() : 0;
+        table && !(version == r.unexported_version && a.pt_index == r.unexported_pt &&
+                   a.match_bits == r.unexported_bits)) {
+        if (table->find(r.header.ni_index, uint16_t(a.pt_index), a.match_bits, r.matching).slot >= 0)
+            return kNotCommon;
+        route_.unexported_version = version;  // read first: a later change is seen next time
+        route_.unexported_pt = a.pt_index;
+        route_.unexported_bits = a.match_bits;
+    }
 
     const bool sent =
         shm_->send_now(r.peer, sizeof(proto::Header), r.base + a.local_offset, a.length, [&](void *at) {

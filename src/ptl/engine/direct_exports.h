@@ -128,6 +128,8 @@ public:
         return true;
     }
 
+    // Changes whenever an entry is exported or revoked.
+    uint64_t version() const { return area_->header.version.load(std::memory_order_acquire); }
     Target &find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
         const uint64_t v = area_->header.version.load(std::memory_order_acquire);
         const EntryKey key = entry_key(ni, pt, bits, is_me);

@@ -1093,7 +1093,7 @@ int Engine::progress_locked(uint64_t now_ns) {
         set_holding(false);
     }
     if (loop_->pending()) work += loop_->progress(deliver_);
-    work += shm_->progress(deliver_);
+    work += shm_->progress_with([this](const InMessage &m) { handle_message(m); });
     if (const uint64_t bad = shm_->take_malformed()) count_malformed(bad);
     if (tcp_) {
         work += tcp_->progress(tcp_deliver_, t);

@@ -278,6 +278,10 @@ private:
         shm::Peer *peer = nullptr;
         PeerId peer_id{};
         direct::PeerTable *table = nullptr;
+        // The last portal index and match bits the table had no entry for, at its version.
+        uint64_t unexported_version = ~0ull;
+        uint64_t unexported_bits = 0;
+        uint32_t unexported_pt = 0;
         proto::Header header{};  // all but pt_index, match_bits, hdr_data, remote_offset, length
     };
     bool set_put_route(const DataOpArgs &a);
@@ -370,6 +374,14 @@ private:
     // target side
     template <uint8_t op>
     void on_request(Ni *ni, const InMessage &m, const proto::Header &h);
+    void on_unmatched(Ni *ni, Pt &pt, const InMessage &m, const proto::Header &h);
+    template <uint8_t op>
+    [[gnu::noinline]] void on_matched(Ni *ni, Pt &pt, Entry *e, ptl_list_t list, const InMessage &m,
+                                      const proto::Header &h);
+    // A put into a plain_put entry (entry.h), matched: delivered with only the steps such an
+    // entry needs; false (nothing done) if the general path must report it.
+    [[gnu::always_inline]] inline bool deliver_plain_put(Ni *n, Pt &pt, Entry *e, const InMessage &m,
+                                                         const proto::Header &h, ptl_list_t list);
     // A request that goes no further: the response the initiator waits for, if any (an ACK,
     // a reply, or a rendezvous put's SEND), carries `fail`.
     void refuse(const InMessage &m, const proto::Header &h, ptl_ni_fail_t fail);

@@ -58,6 +58,10 @@ struct Entry {
     int32_t export_slot = -1;   // reachable by peers without us (direct_exports.h)
     int32_t remote_slot = -1;   // reachable by RDMA without us (remote_exports.h)
     bool pooled = false;        // PTLX_ME_SLOT_POOL: messages land in `slots`
+    // A put matched in the priority list needs none of the checks and bookkeeping a general
+    // message does (target.cc's deliver_plain_put): any uid, puts allowed, contiguous accessible
+    // memory, no use-once, offsets the initiator's or the pool's.
+    bool plain_put = false;
     SlotFifo slots;
     bool exported() const { return export_slot >= 0 || remote_slot >= 0; }
     IHook hook;

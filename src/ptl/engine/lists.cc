@@ -57,6 +57,9 @@ int prepare_entry(Ni &n, ptl_pt_index_t pti, const ptl_me_t &d, bool is_me, Entr
         e.slots = SlotFifo{};
         e.slots.ring.assign(capacity, 0);
     }
+    const unsigned o = d.options;
+    e.plain_put = e.desc.uid == PTL_UID_ANY && (o & PTL_ME_OP_PUT) && (o & PTL_ME_IS_ACCESSIBLE) &&
+                  !(o & (PTL_IOVEC | PTL_ME_USE_ONCE)) && (!(o & PTL_ME_MANAGE_LOCAL) || e.pooled);
     return PTL_OK;
 }
 

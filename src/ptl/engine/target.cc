@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../util/clock.h"
+#include "../util/copy_small.h"
 #include "../wire/shm/shm_wire.h"
 #include "atomic_ops.h"
 #include "engine.h"
@@ -353,14 +354,72 @@ void Engine::trace_delivery(const Ni *n, const InMessage &m, const proto::Header
     trace_arrival(n, m, h, outcome, e, list, fail != PTL_NI_OK);
 }
 
+namespace {
+
+ptl_process_t initiator_of(const Ni &n, const InMessage &m, const proto::Header &h) {
+    ptl_process_t initiator{};
+    if (n.logical())
+        initiator.rank = h.src_rank;
+    else
+        initiator.phys = {m.from.nid, m.from.pid};
+    return initiator;
+}
+
+// The comm event of a request delivered into `e` (C7), written in place in its queue.
+struct CommEvent {
+    ptl_event_kind_t kind;
+    void *start;
+    ptl_size_t mlength;
+    ptl_ni_fail_t fail;
+    ptl_list_t list;
+};
+inline void fill_comm_event(ptl_event_t &ev, const Entry &e, const Ni &n, const InMessage &m,
+                            const proto::Header &h, const CommEvent &c) {
+    ev.start = c.start;
+    ev.user_ptr = e.user_ptr;
+    ev.hdr_data = h.hdr_data;
+    ev.match_bits = e.is_me ? h.match_bits : 0;
+    ev.rlength = h.length;
+    ev.mlength = c.mlength;
+    ev.remote_offset = h.remote_offset;
+    ev.initiator = initiator_of(n, m, h);
+    ev.uid = h.uid;
+    ev.type = c.kind;
+    ev.pt_index = h.pt_index;
+    ev.ni_fail_type = c.fail;
+    ev.atomic_operation = h.atomic_op;
+    ev.atomic_type = h.atomic_type;
+    ev.ptl_list = c.list;
+}
+
+}  // namespace
+
+bool Engine::deliver_plain_put(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
+                               ptl_list_t list) {
+    const bool pooled = e->pooled;
+    const ptl_size_t offset = pooled ? e->slots.front() : h.remote_offset;
+    const ptl_size_t length = e->region.length;
+    const ptl_size_t room = pooled ? e->desc.min_free : offset >= length ? 0 : length - offset;
+    const ptl_size_t mlength = std::min<ptl_size_t>(h.length, room);
+    const size_t data_len = m.payload_len - h.operand_len;
+    if (mlength > data_len) return false;  // a short payload: the general path says SEGV (B6)
+    char *const start = static_cast<char *>(e->region.address_at(offset));
+    copy_small(start, static_cast<const char *>(m.payload) + h.operand_len, mlength);
+    if (pooled) e->slots.pop();
+    if (pt.eq && entry_allows_full(*e, PTL_EVENT_PUT, true)) {
+        fill_comm_event(pt.eq->emplace(), *e, *n, m, h, {PTL_EVENT_PUT, start, mlength, PTL_NI_OK, list});
+        event_posted(pt.eq);
+    }
+    if (uint64_t amount = entry_count_amount(*e, PTL_EVENT_PUT, true, mlength)) ct_add(e->ct, true, amount);
+    if (h.ack_req != PTL_NO_ACK_REQ)
+        respond(m, h, proto::kAck, PTL_NI_OK, mlength, offset, list, nullptr, 0, 0);
+    return true;
+}
+
 // The error paths are member functions (refuse, silent_drop, disable_pt), not closures: a
 // closure over a dozen locals was built for every message and used by few.
 template <uint8_t op>
 void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
-    const bool rndv = h.flags & proto::kRendezvous;
-    const bool reply = wants_reply(op);
-    const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
-
     if (h.pt_index >= n->pts.size() || !n->pts[h.pt_index].allocated) {
         if (trace_) trace_arrival(n, m, h, "dropped: no such portal");
         n->count(PTL_SR_DROP_COUNT);
@@ -394,29 +453,52 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         list = PTL_OVERFLOW_LIST;
         e = pt.lists[PTL_OVERFLOW_LIST].find(h.match_bits, fits);
     }
-    if (!e) {
-        if (pt.options & PTL_PT_FLOWCTRL) {
-            if (hold_instead_of_flow_control()) {
-                if (tracing_hold()) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
-            } else {
-                if (trace_) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
-                disable_pt(n, pt, nullptr, m, h);
-            }
-        } else if (!(pt.eq && hold_for_replaced_entry(pt, pti))) {
-            // Without flow control an unmatched message is dropped - unless an entry of this
-            // portal was used up and the application has not yet read that it was, or has
-            // just read it: a client that replaces its receive buffers as it learns of them
-            // (Open MPI's btl) gets the grace period to do so instead of losing the message.
-            if (trace_) trace_arrival(n, m, h, "dropped: no entry matched");
-            silent_drop(n, m, h);
-        } else if (tracing_hold()) {
-            trace_arrival(
-                n, m, h,
-                "held: no entry matched, an entry of the portal was used up (PTL_FLOWCTRL_GRACE_MS)");
-        }
+    if (!e) [[unlikely]] {
+        on_unmatched(n, pt, m, h);
         return;
     }
 
+    if constexpr (op == proto::kPut) {
+        if (e->plain_put && !(h.flags & proto::kRendezvous) && !(pt.options & PTL_PT_FLOWCTRL) && !trace_ &&
+            (list == PTL_PRIORITY_LIST || (e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE)) &&
+            deliver_plain_put(n, pt, e, m, h, list)) [[likely]]
+            return;
+    }
+    on_matched<op>(n, pt, e, list, m, h);
+}
+
+// The message found no entry: flow control, a hold, or a drop.
+void Engine::on_unmatched(Ni *n, Pt &pt, const InMessage &m, const proto::Header &h) {
+    const ptl_pt_index_t pti = h.pt_index;
+    if (pt.options & PTL_PT_FLOWCTRL) {
+        if (hold_instead_of_flow_control()) {
+            if (tracing_hold()) trace_arrival(n, m, h, "held: no entry matched (PTL_FLOWCTRL_GRACE_MS)");
+        } else {
+            if (trace_) trace_arrival(n, m, h, "portal disabled by flow control: no entry matched");
+            disable_pt(n, pt, nullptr, m, h);
+        }
+    } else if (!(pt.eq && hold_for_replaced_entry(pt, pti))) {
+        // Without flow control an unmatched message is dropped - unless an entry of this
+        // portal was used up and the application has not yet read that it was, or has
+        // just read it: a client that replaces its receive buffers as it learns of them
+        // (Open MPI's btl) gets the grace period to do so instead of losing the message.
+        if (trace_) trace_arrival(n, m, h, "dropped: no entry matched");
+        silent_drop(n, m, h);
+    } else if (tracing_hold()) {
+        trace_arrival(n, m, h,
+                      "held: no entry matched, an entry of the portal was used up (PTL_FLOWCTRL_GRACE_MS)");
+    }
+}
+
+// A message and the entry it matched, in general: permissions, flow control, offsets of every
+// kind, every operation, events, unexpected headers, unlinks and responses.
+template <uint8_t op>
+void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessage &m,
+                        const proto::Header &h) {
+    const bool rndv = h.flags & proto::kRendezvous;
+    const bool reply = wants_reply(op);
+    const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
+    const ptl_size_t rlength = h.length;
     // Permissions end the walk: no fall-through to later entries (M6, tricky point 1).
     if (e->desc.uid != PTL_UID_ANY && e->desc.uid != h.uid) {
         if (trace_) trace_arrival(n, m, h, "refused: the uid is not the entry's", e, list);
@@ -547,28 +629,8 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     // The comm event, on the entry that received the message (C7), written in place.
     void *const start = e->region.address_at(offset);
-    ptl_process_t initiator{};
-    if (n->logical())
-        initiator.rank = h.src_rank;
-    else
-        initiator.phys = {m.from.nid, m.from.pid};
     if (pt.eq && entry_allows_full(*e, kind, fail == PTL_NI_OK)) {
-        ptl_event_t &ev = pt.eq->emplace();
-        ev.start = start;
-        ev.user_ptr = e->user_ptr;
-        ev.hdr_data = h.hdr_data;
-        ev.match_bits = e->is_me ? h.match_bits : 0;
-        ev.rlength = rlength;
-        ev.mlength = mlength;
-        ev.remote_offset = h.remote_offset;
-        ev.initiator = initiator;
-        ev.uid = h.uid;
-        ev.type = kind;
-        ev.pt_index = pti;
-        ev.ni_fail_type = fail;
-        ev.atomic_operation = h.atomic_op;
-        ev.atomic_type = h.atomic_type;
-        ev.ptl_list = list;
+        fill_comm_event(pt.eq->emplace(), *e, *n, m, h, {kind, start, mlength, fail, list});
         event_posted(pt.eq);
     }
     if (uint64_t amt = entry_count_amount(*e, kind, fail == PTL_NI_OK, mlength))
@@ -577,7 +639,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
     if (keep_header) {
         auto *u = new UnexpectedHeader{};
         u->kind = uh_kind(op);
-        u->initiator = initiator;
+        u->initiator = initiator_of(*n, m, h);
         u->src_nid = m.from.nid;
         u->src_pid = m.from.pid;
         u->src_rank = h.src_rank;

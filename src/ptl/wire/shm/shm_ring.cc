@@ -99,7 +99,7 @@ void Ring::ring_doorbell() {
     }
 }
 
-const CellHead *Ring::peek() {
+const CellHead *Ring::peek_past_padding() {
     for (;;) {
         const uint64_t tail = tail_.load(std::memory_order_relaxed);
         const CellHead *h = head(tail);
@@ -114,13 +114,6 @@ const CellHead *Ring::peek() {
         // A bad run's length is a guess: at least its head cell goes, never past the end.
         free_run(fits ? cells : 1);
     }
-}
-
-void Ring::free_run(uint64_t cells) {
-    const uint64_t tail = tail_.load(std::memory_order_relaxed);
-    for (uint64_t i = 0; i < cells; ++i) head(tail + i)->seq.store(0, std::memory_order_relaxed);
-    tail_.store(tail + cells, std::memory_order_relaxed);
-    ctl_->dequeue_pos.store(tail + cells, std::memory_order_release);
 }
 
 bool Ring::empty_for_consumer() {

@@ -17,6 +17,8 @@
 #include <cstring>
 #include <utility>
 
+#include "../../util/copy_small.h"
+
 namespace ptl::shm {
 
 constexpr uint64_t kMagic = 0x3450544c52494e47ull;  // "4PTLRING"
@@ -94,7 +96,7 @@ public:
         if (!h) return false;
         char *p = reinterpret_cast<char *>(h + 1);
         fill(static_cast<void *>(p));
-        copy_payload(p + header_len, payload, payload_len);
+        copy_small(p + header_len, payload, payload_len);
         publish(h, pos);
         return true;
     }
@@ -103,7 +105,16 @@ public:
     // checked first, since every local producer can write it: a run that cannot be a
     // producer's (an unknown kind, a run past the ring's end, lengths beyond the run) is
     // skipped and counted, never handed on.
-    const CellHead *peek();
+    const CellHead *peek() {
+        const uint64_t tail = tail_.load(std::memory_order_relaxed);
+        const CellHead *h = head(tail);
+        if (h->seq.load(std::memory_order_acquire) != tail + 1) return nullptr;
+        const uint64_t cells = h->ncells;
+        if (h->kind == kMessage && cells >= 1 && cells <= ncells_ - (tail & mask_) &&
+            sizeof(CellHead) + h->header_len + uint64_t(h->payload_len) <= cells * cell_size_) [[likely]]
+            return h;
+        return peek_past_padding();
+    }
     void release(const CellHead *h) { free_run(h->ncells); }
     // Runs skipped as malformed since the last call.
     uint64_t take_malformed() { return std::exchange(malformed_, 0); }
@@ -172,23 +183,15 @@ private:
         ring_doorbell_if_sleeping();
     }
     void ring_doorbell();
-    // A message's payload: the few bytes of most without a call.
-    static void copy_payload(char *to, const void *from, size_t len) {
-        const char *f = static_cast<const char *>(from);
-        if (len > 16) {
-            std::memcpy(to, f, len);
-        } else if (len >= 8) {  // two words, overlapping when fewer than 16 bytes
-            uint64_t a, b;
-            std::memcpy(&a, f, 8);
-            std::memcpy(&b, f + len - 8, 8);
-            std::memcpy(to, &a, 8);
-            std::memcpy(to + len - 8, &b, 8);
-        } else {
-            for (size_t i = 0; i < len; ++i) to[i] = f[i];
-        }
-    }
     void publish_padding(uint64_t pos, uint64_t cells);
-    void free_run(uint64_t cells);
+    // peek's rare case: padding or a malformed run first.
+    const CellHead *peek_past_padding();
+    void free_run(uint64_t cells) {
+        const uint64_t tail = tail_.load(std::memory_order_relaxed);
+        for (uint64_t i = 0; i < cells; ++i) head(tail + i)->seq.store(0, std::memory_order_relaxed);
+        tail_.store(tail + cells, std::memory_order_relaxed);
+        ctl_->dequeue_pos.store(tail + cells, std::memory_order_release);
+    }
     char *cell(uint64_t pos) const { return data_ + (pos & mask_) * cell_size_; }
     CellHead *head(uint64_t pos) const { return reinterpret_cast<CellHead *>(cell(pos)); }
 

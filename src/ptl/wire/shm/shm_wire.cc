@@ -153,35 +153,18 @@ bool ShmWire::flush_backlog(Peer &p) {
     return true;
 }
 
-int ShmWire::progress(const MessageHandler &handler) {
-    int work = 0;
-    // Bounded batch, so API callers waiting for the engine lock are not starved.
-    for (int i = 0; i < 64; ++i) {
-        const CellHead *h = rx_.peek();
-        if (!h) break;
-        InMessage m;
-        m.from = {h->src_nid, h->src_pid};
-        m.header = h + 1;
-        m.header_len = h->header_len;
-        m.payload = reinterpret_cast<const char *>(h + 1) + h->header_len;
-        m.payload_len = h->payload_len;
-        m.via = this;
-        handler(m);
-        rx_.release(h);
-        ++work;
-    }
-    if (has_backlog()) {
-        for (auto &[id, p] : peers_) {
-            if (p->backlog.empty()) continue;
-            if (p->dead || peer_dead(id)) {
-                p->backlog.clear();
-                backlog_peers_.fetch_sub(1, std::memory_order_relaxed);
-                continue;
-            }
-            if (flush_backlog(*p)) ++work;
+int ShmWire::flush_backlogs() {
+    int moved = 0;
+    for (auto &[id, p] : peers_) {
+        if (p->backlog.empty()) continue;
+        if (p->dead || peer_dead(id)) {
+            p->backlog.clear();
+            backlog_peers_.fetch_sub(1, std::memory_order_relaxed);
+            continue;
         }
+        if (flush_backlog(*p)) ++moved;
     }
-    return work;
+    return moved;
 }
 
 void *ShmWire::peer_export_area(PeerId id, pid_t *os_pid) {
