@@ -56,6 +56,7 @@ Config Config::from_env() {
     c.tcp_port_base = uint32_t(env_long("PTL_TCP_PORT_BASE", c.tcp_port_base));
     c.tcp_timeout_ms = env_long("PTL_TCP_TIMEOUT_MS", c.tcp_timeout_ms);
     if (c.tcp_timeout_ms < 1000) c.tcp_timeout_ms = 1000;
+    c.tcp_cork_us = std::clamp(env_long("PTL_TCP_CORK_US", c.tcp_cork_us), 0L, 1000L);
     if (const char *d = std::getenv("PTL_VERBS_DEVICE")) c.verbs_device = d;
     c.verbs_gid_index = int(env_long("PTL_VERBS_GID_INDEX", c.verbs_gid_index));
     c.verbs_rx_depth = uint32_t(std::clamp(env_long("PTL_VERBS_RX_DEPTH", c.verbs_rx_depth), 8L, 4096L));

@@ -32,6 +32,7 @@ struct Config {
     std::string wire_name = "auto";
     uint32_t tcp_port_base = 17000;  // PTL_TCP_PORT_BASE: a process listens on base + pid
     long tcp_timeout_ms = 10000;     // PTL_TCP_TIMEOUT_MS: connect / silent-peer bound
+    long tcp_cork_us = 8;            // PTL_TCP_CORK_US: tcp_wire.h's TcpConfig::cork_ns (0: off)
     std::string verbs_device;        // PTL_VERBS_DEVICE: name[:port]
     int verbs_gid_index = -1;        // PTL_VERBS_GID_INDEX
     uint32_t verbs_rx_depth = 64;    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer

@@ -201,6 +201,8 @@ int Engine::open_physical(ptl_pid_t pid) {
         tcp::TcpConfig tc;
         tc.port_base = cfg_.tcp_port_base;
         tc.timeout_ms = cfg_.tcp_timeout_ms;
+        // Without a progress thread a corked frame would wait for the application's next call.
+        tc.cork_ns = cfg_.progress_thread ? uint64_t(cfg_.tcp_cork_us) * 1000 : 0;
         tcp_ = tcp::TcpWire::create(
             self_, tc, [this] { shm_->wake(); }, &err);
         if (!tcp_) {
@@ -272,6 +274,10 @@ int Engine::open_physical(ptl_pid_t pid) {
     });
     phys_open_ = true;
     if (cfg_.progress_thread) progress_thread_ = std::make_unique<ProgressThread>(*this, cfg_.progress_cpu);
+    if (tcp_)  // corked frames (TcpConfig::cork_ns) leave by their deadline
+        tcp_->set_cork_hook([this](uint64_t due_ns) {
+            if (progress_thread_) progress_thread_->flush_by(due_ns);
+        });
     return PTL_OK;
 }
 
@@ -338,11 +344,12 @@ int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
     return !peer_gone({peer.phys.nid, peer.phys.pid});
 }
 
-void Engine::sleep_for_traffic(long timeout_us) {
+void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &also_due) {
     // Peers' direct counts ring only a sleeping engine: one that counted just before we went
     // to sleep left the flag up instead.
-    const auto counted = [this] {
-        return exports_ && exports_->header.counted.load(std::memory_order_seq_cst);
+    const std::function<bool()> counted = [this, &also_due] {
+        return (exports_ && exports_->header.counted.load(std::memory_order_seq_cst)) ||
+               (also_due && also_due());
     };
     if (tcp_)
         shm_->wait_for_traffic(

@@ -203,7 +203,9 @@ private:
     // No wire reaches it (unreachable node) or its wire saw it die: operations to it fail.
     bool peer_gone(PeerId p);
     // Sleeps until a wire has traffic, wake-up or timeout (progress thread, manual waits).
-    void sleep_for_traffic(long timeout_us);
+    // `also_due`: work of the caller's that a sleep must not miss (checked once the doorbell
+    // would wake it, as the ring is).
+    void sleep_for_traffic(long timeout_us, const std::function<bool()> &also_due = {});
     void on_verbs_control(const InMessage &m);
     // deferrable: an acknowledgement, which may wait for the next message to the peer (Wire).
     bool send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable = false);

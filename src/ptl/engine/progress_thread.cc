@@ -8,6 +8,7 @@
 
 #include <hwloc.h>
 
+#include <algorithm>
 #include <climits>
 #include <ctime>
 
@@ -76,6 +77,34 @@ void ProgressThread::poke() {
     syscall(SYS_futex, &park_word_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void ProgressThread::flush_by(uint64_t due_ns) {
+    const uint64_t cur = flush_due_ns_.load(std::memory_order_relaxed);
+    if (cur == 0 || due_ns < cur) flush_due_ns_.store(due_ns, std::memory_order_seq_cst);
+    // Pairs with wait_unless_due: it sees the deadline, or we see it waiting and wake it.
+    if (waiting_.load(std::memory_order_seq_cst)) {
+        poke();
+        if (engine_.shm_) engine_.shm_->wake();
+    }
+}
+
+template <class Wait>
+void ProgressThread::wait_unless_due(Wait &&wait) {
+    const uint32_t v = park_word_.load(std::memory_order_acquire);
+    waiting_.store(true, std::memory_order_seq_cst);
+    if (const uint64_t due = flush_due_ns_.load(std::memory_order_seq_cst)) {
+        const uint64_t now = monotonic_ns();
+        if (due > now) {
+            struct timespec ts {
+                0, long(std::min<uint64_t>(due - now, 999999999))
+            };
+            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+        }
+    } else {
+        wait(v);
+    }
+    waiting_.store(false, std::memory_order_relaxed);
+}
+
 void ProgressThread::run(int cpu, int caller_cpu) {
     pthread_setname_np(pthread_self(), "ptl-progress");
     place(cpu, caller_cpu);
@@ -83,6 +112,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
     while (!stop_.load(std::memory_order_acquire)) {
         int work;
         bool backlog, held;
+        flush_due_ns_.store(0, std::memory_order_relaxed);  // this progress flushes what is corked
         {
             std::lock_guard<FutexMutex> g(engine_.mu_);
             work = engine_.progress_locked(monotonic_ns());
@@ -93,11 +123,12 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         if (held && !work) {
             // Held messages wait for the application to drain an event queue (or for their
             // grace to end); the rings are not read meanwhile, so traffic would not wake us.
-            const uint32_t v = park_word_.load(std::memory_order_acquire);
-            struct timespec ts {
-                0, 200 * 1000
-            };
-            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+            wait_unless_due([this](uint32_t v) {
+                struct timespec ts {
+                    0, 200 * 1000
+                };
+                syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+            });
             continue;
         }
         if (work || backlog) {
@@ -109,11 +140,12 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             // An application thread is polling the rings itself: stay out of its way (on a
             // small machine every wake-up steals its CPU) and look again later, so progress
             // resumes soon after it stops polling without sleeping.
-            const uint32_t v = park_word_.load(std::memory_order_acquire);
-            struct timespec ts {
-                0, kParkNs
-            };
-            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+            wait_unless_due([this](uint32_t v) {
+                struct timespec ts {
+                    0, kParkNs
+                };
+                syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+            });
             idle = 0;
             continue;
         }
@@ -123,7 +155,10 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         }
         idle = 0;
         const long liveness_us = engine_.config().liveness_ms * 1000;
-        engine_.sleep_for_traffic(liveness_us);
+        wait_unless_due([this, liveness_us](uint32_t) {
+            engine_.sleep_for_traffic(liveness_us,
+                                      [this] { return flush_due_ns_.load(std::memory_order_seq_cst) != 0; });
+        });
     }
 }
 

@@ -16,13 +16,22 @@ public:
     ProgressThread(Engine &e, int cpu);
     ~ProgressThread();
     void poke();  // a poller left: take over again
+    // Progress is due by `due_ns` (monotonic_ns) though nothing may arrive to wake us: the tcp
+    // wire corked frames. Called under the engine lock.
+    void flush_by(uint64_t due_ns);
 
 private:
     void run(int cpu, int caller_cpu);
     bool recently_polled() const;
+    // Waits (parked or asleep) unless progress fell due meanwhile; `wait` gets the futex value
+    // park_word_ had before the check.
+    template <class Wait>
+    void wait_unless_due(Wait &&wait);
     Engine &engine_;
     std::atomic<bool> stop_{false};
     std::atomic<uint32_t> park_word_{0};
+    std::atomic<uint64_t> flush_due_ns_{0};  // 0: nothing due
+    std::atomic<bool> waiting_{false};
     std::thread thread_;
 };
 

@@ -29,6 +29,7 @@ constexpr int kMaxIov = 64;
 constexpr uint64_t kIdlePollNs = 20000;   // with no connections, look for new ones this often
 constexpr size_t kReadBudget = 1u << 20;  // per connection per progress call
 constexpr size_t kMaxCorkedBytes = 16384;  // deferred messages held per connection
+constexpr size_t kCorkFrameBytes = 1024;   // larger frames are worth a system call of their own
 
 // Latency first (no Nagle); a silent peer (host gone, cable pulled) is noticed within about
 // timeout_ms through keepalive probes and the limit on unacknowledged data.
@@ -207,7 +208,14 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
     iov[0] = {&fh, sizeof fh};
     iov[1] = {const_cast<void *>(header), header_len};
     std::copy_n(payload, payload_count, iov + 2);
-    if (deferrable) {
+    bool corking = false;  // a small frame right after another: corked, though not deferrable
+    if (cfg_.cork_ns && !deferrable) {
+        const uint64_t now = monotonic_ns();
+        corking = sizeof fh + header_len + fh.payload_len <= kCorkFrameBytes &&
+                  now - c->last_send_ns < cfg_.cork_ns;
+        c->last_send_ns = now;
+    }
+    if (deferrable || corking) {
         queue_copy(*c, iov, n, 0);
         if (c->connecting || c->want_out) return true;  // the queue drains by itself
         if (!c->corked) {
@@ -215,9 +223,15 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
             c->corked_bytes = 0;
             corked_.push_back(c);
         }
+        // A deferred ACK leaves with the next progress, which follows the one that made it; a
+        // corked send of the application's needs a deadline.
+        if (corking && cork_due_ns_ == 0) {
+            cork_due_ns_ = c->last_send_ns + cfg_.cork_ns;
+            if (cork_hook_) cork_hook_(cork_due_ns_);
+        }
         c->corked_bytes += c->queue.back().size();
         if (c->corked_bytes < kMaxCorkedBytes) return true;
-        c->corked = false;  // enough to be worth a system call of their own
+        uncork(*c);  // enough to be worth a system call of their own
         if (flush(*c)) return true;
         close_conn(*c, true);
         return false;
@@ -250,7 +264,7 @@ bool TcpWire::send_frame(PeerId to, const void *header, size_t header_len, const
 // A corked connection's deferred messages, then the new frame, in one system call; what the
 // socket does not take is queued. False if the connection failed.
 bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
-    c.corked = false;
+    uncork(c);
     struct iovec all[kMaxIov];
     int k = gather_queue(c, all, kMaxIov);
     if (k < int(c.queue.size()) || k + n > kMaxIov) {
@@ -276,12 +290,18 @@ bool TcpWire::write_after_queue(Conn &c, const struct iovec *iov, int n) {
     return true;
 }
 
-// Deferred messages leave at the latest with the next progress.
+void TcpWire::uncork(Conn &c) {
+    if (!std::exchange(c.corked, false)) return;
+    std::erase(corked_, &c);
+    if (corked_.empty()) cork_due_ns_ = 0;
+}
+
+// Deferred and corked messages leave at the latest with the next progress.
 void TcpWire::flush_deferred() {
+    cork_due_ns_ = 0;
     while (!corked_.empty()) {
         Conn *c = corked_.back();
         corked_.pop_back();
-        if (!c->corked) continue;
         c->corked = false;
         if (!flush(*c)) close_conn(*c, true);
     }
@@ -367,7 +387,7 @@ bool TcpWire::flush(Conn &c) {
 }
 
 void TcpWire::close_conn(Conn &c, bool peer_gone) {
-    if (c.corked) std::erase(corked_, &c);
+    uncork(c);
     const int fd = c.fd;
     const PeerId peer = c.peer;
     const bool known = c.outgoing || (c.reader && c.reader->has_hello());

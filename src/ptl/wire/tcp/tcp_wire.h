@@ -28,6 +28,10 @@ struct TcpConfig {
     uint32_t port_base = 17000;                // PTL_TCP_PORT_BASE: listen port = base + pid
     long timeout_ms = 10000;                   // PTL_TCP_TIMEOUT_MS: connect, unacked data, keepalive
     uint64_t max_message = uint64_t(1) << 40;  // largest frame accepted from a peer
+    // A small frame sent within this long of the previous one to the same peer waits (corked)
+    // for company: the next progress, enough corked bytes, or the cork's deadline, this long
+    // after it began (PTL_TCP_CORK_US; 0: every frame leaves at once).
+    uint64_t cork_ns = 0;
 };
 
 class TcpWire final : public Wire {
@@ -53,6 +57,11 @@ public:
     // Another wire carries the data (verbs): this one sets up its connections and reaches the
     // peers without it, so a poll that finds nothing is not repeated for kIdlePollNs.
     void set_setup_only(bool on) { setup_only_ = on; }
+    // `hook(due_ns)` is called when a cork begins: its frames must leave by `due_ns` even if
+    // nobody calls progress (the engine's progress thread sees to it).
+    void set_cork_hook(std::function<void(uint64_t)> hook) { cork_hook_ = std::move(hook); }
+    // When the oldest corked frame must leave (a monotonic_ns time), or 0 if none is corked.
+    uint64_t cork_due_ns() const { return cork_due_ns_; }
     // Frames dropped as malformed since the last call (a bad stream also loses its connection).
     uint64_t take_malformed();
     // No connection, nothing corked: a progress would only look for new connections.
@@ -74,6 +83,7 @@ private:
         bool want_out = false;
         bool corked = false;  // the queue holds deferred messages only, in corked_
         size_t corked_bytes = 0;
+        uint64_t last_send_ns = 0;  // with cork_ns: when the last frame was sent or corked
         // what arrives; made by the first byte on a connection we opened
         std::unique_ptr<FrameReader> reader;
     };
@@ -97,6 +107,7 @@ private:
                     int payload_count, bool deferrable);
     bool write_after_queue(Conn &c, const struct iovec *iov, int n);
     void flush_deferred();
+    void uncork(Conn &c);  // out of corked_ (its queue stays)
     void queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip);
     void set_want_out(Conn &c, bool on);
     bool watch_fd(Conn &c, uint32_t events, int op);
@@ -113,7 +124,9 @@ private:
     // Connections peers opened to us that they also read, by peer, while we send them nothing.
     std::unordered_map<PeerId, Conn *, PeerIdHash> replyable_;
     std::unordered_set<PeerId, PeerIdHash> dead_;
-    std::vector<Conn *> corked_;
+    std::vector<Conn *> corked_;  // the connections with corked set
+    uint64_t cork_due_ns_ = 0;    // by when the application's corked frames leave; 0: none corked
+    std::function<void(uint64_t)> cork_hook_;
     int connecting_ = 0;
     uint32_t next_serial_ = 1;
     uint64_t malformed_ = 0;
