@@ -424,8 +424,8 @@ TEST_F(Job, AtomicsContentionFromAllRanks) {
 }
 
 // B9, I-list (put): no-ack puts whose MD and target change from one put to the next, the own
-// rank among the targets (loopback, not the common path), one MD released halfway and its slot
-// bound again over other memory: each put carries the bytes of the MD it named, lands where its
+// rank among the targets (loopback, not the common path), one MD over all memory, one released halfway and
+// its slot bound again over other memory: each put carries the bytes of the MD it named, lands where its
 // target's ME for that sender says, and the released handle is refused (the engine keeps what
 // it found about the last MD and target, common_put.cc: it must never outlive them).
 TEST_F(Job, NoAckPutsAcrossChangingMdsAndTargetsCarryTheirOwnBytes) {
@@ -453,7 +453,8 @@ TEST_F(Job, NoAckPutsAcrossChangingMdsAndTargetsCarryTheirOwnBytes) {
         c[size_t(k)] = value(3, me_rank, k);
     }
     const unsigned quiet = PTL_MD_EVENT_SEND_DISABLE;
-    ptl_handle_md_t ma = bind(a.data(), kRounds * 8, quiet), mb = bind(b.data(), kRounds * 8, quiet);
+    // `ma` covers all memory, its offsets addresses (as the UCT face binds its MD).
+    ptl_handle_md_t ma = bind(nullptr, PTL_SIZE_MAX, quiet), mb = bind(b.data(), kRounds * 8, quiet);
     auto target_of = [n](int from, int round) { return (from + round / 3) % n; };
     auto md_of = [](int round) { return round % 2 == 0 ? 1 : (round < kRounds / 2 ? 2 : 3); };
     for (int k = 0; k < kRounds; ++k) {
@@ -466,7 +467,8 @@ TEST_F(Job, NoAckPutsAcrossChangingMdsAndTargetsCarryTheirOwnBytes) {
             mb = bind(c.data(), kRounds * 8, quiet);  // most likely the released slot, a new handle
         }
         const ptl_handle_md_t md = md_of(k) == 1 ? ma : mb;
-        ASSERT_EQ(PtlPut(md, size_t(k) * 8, 8, PTL_NO_ACK_REQ, to(target_of(me_rank, k)), pt_,
+        const ptl_size_t local = md == ma ? reinterpret_cast<uintptr_t>(&a[size_t(k)]) : size_t(k) * 8;
+        ASSERT_EQ(PtlPut(md, local, 8, PTL_NO_ACK_REQ, to(target_of(me_rank, k)), pt_,
                          ptl_match_bits_t(100 + me_rank), size_t(k) * 8, nullptr, 0),
                   PTL_OK);
     }

@@ -51,15 +51,16 @@ int Engine::common_put(const DataOpArgs &a) {
     }
 
     const bool sent =
-        shm_->send_now(r.peer, sizeof(proto::Header), r.base + a.local_offset, a.length, [&](void *at) {
-            auto *h = static_cast<proto::Header *>(at);
-            *h = r.header;
-            h->pt_index = a.pt_index;
-            h->match_bits = a.match_bits;
-            h->hdr_data = a.hdr_data;
-            h->remote_offset = a.remote_offset;
-            h->length = a.length;
-        });
+        shm_->send_now(r.peer, sizeof(proto::Header), reinterpret_cast<const char *>(r.base + a.local_offset),
+                       a.length, [&](void *at) {
+                           auto *h = static_cast<proto::Header *>(at);
+                           *h = r.header;
+                           h->pt_index = a.pt_index;
+                           h->match_bits = a.match_bits;
+                           h->hdr_data = a.hdr_data;
+                           h->remote_offset = a.remote_offset;
+                           h->length = a.length;
+                       });
     if (!sent) return kNotCommon;
     // No note_send_left_work: a message in the ring is what a quiet progress looks for.
     // The data was copied into the ring: SEND now; counted inline (the usual sender's event).
@@ -75,14 +76,15 @@ int Engine::common_put(const DataOpArgs &a) {
 // The checks of a put that depend only on its MD and target, and the header all such puts
 // share. Out of line: once per change of MD or target.
 bool Engine::set_put_route(const DataOpArgs &a) {
-    forget_put_route();
+    route_.md = nullptr;
     Md *md = md_of(a.md);
     if (!md) return false;
     Ni *n = md->ni;
-    const char *base = md->region.contiguous_at(0);
+    // Contiguous: its start may be 0 (an MD over all memory, whose offsets are addresses).
+    const uintptr_t base = reinterpret_cast<uintptr_t>(md->region.start);
     PeerId peer;
-    if (!base || (n->logical() && !n->map_set) || !n->resolve(a.target, &peer) || peer.nid != self_.nid ||
-        wire_for(peer) != shm_.get())
+    if (md->region.iov || (n->logical() && !n->map_set) || !n->resolve(a.target, &peer) ||
+        peer.nid != self_.nid || wire_for(peer) != shm_.get())
         return false;
     shm::Peer *p = shm_->peer(peer);
     const size_t ring_room = shm_->max_inline(peer);
@@ -104,7 +106,8 @@ bool Engine::set_put_route(const DataOpArgs &a) {
     r.pt_count = uint32_t(n->pts.size());
     r.peer = p;
     r.peer_id = peer;
-    r.table = peer_table(peer);
+    r.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
+    r.unexported_version = ~0ull;
     r.table_may_appear = !r.table && exports_;
 
     proto::Header &h = r.header;

@@ -273,7 +273,7 @@ private:
         bool count_bytes = false;
         bool table_may_appear = false;  // no export table of the peer's yet: look again
         ptl_process_t target{};
-        const char *base = nullptr;  // the MD's memory, contiguous
+        uintptr_t base = 0;  // the MD's memory, contiguous (0 for an MD over all memory)
         uint64_t md_length = 0;
         uint64_t max_length = 0;  // inline: the rendezvous threshold, max_msg_size, ring room
         uint32_t pt_count = 0;
