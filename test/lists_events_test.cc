@@ -967,6 +967,24 @@ TEST_F(ListsNoEqGrowth, EQ1_TakeManyReportsOverflowOnce) {
     EXPECT_EQ(evs[0].hdr_data, 4u);
 }
 
+// A batch that runs past the ring's end comes back whole and in order (the engine copies the
+// two pieces of the ring at once).
+TEST_F(ListsNoEqGrowth, EQTakeManyTakesAcrossTheRingsEnd) {
+    ptl_handle_eq_t eq;
+    ptl_pt_index_t pt;
+    ASSERT_NO_FATAL_FAILURE(eq_with_pt(4, &eq, &pt));
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 0, 3));
+    ptl_event_t evs[4];
+    unsigned taken = 0;
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 2, &taken), PTL_OK);
+    ASSERT_EQ(taken, 2u);
+    ASSERT_NO_FATAL_FAILURE(put_numbered(pt, 3, 6));  // 4 queued: 2 at the ring's end, 3-5 wrapped
+    ASSERT_EQ(PtlXEQTakeMany(eq, evs, 4, &taken), PTL_OK);
+    ASSERT_EQ(taken, 4u);
+    for (uint64_t i = 0; i < 4; ++i) EXPECT_EQ(evs[i].hdr_data, i + 2);
+    EXPECT_EQ(PtlXEQTakeMany(eq, evs, 4, &taken), PTL_EQ_EMPTY);
+}
+
 TEST_F(Lists, EQ8_T22_PollReturnsFirstQueueWithEvent) {
     ptl_handle_eq_t q[2];
     ASSERT_EQ(PtlEQAlloc(ni_, 4, &q[0]), PTL_OK);

@@ -1039,11 +1039,14 @@ int Engine::eq_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max, unsigned 
 
 int Engine::pop_event(Eq *e, ptl_event_t *ev) {
     const int rc = e->pop(ev);
-    // The application may now be replacing the entry: held_messages.h.
-    if (rc != PTL_EQ_EMPTY && ev->type == PTL_EVENT_AUTO_UNLINK && e->ni && ev->pt_index < e->ni->pts.size())
-        [[unlikely]]
-        e->ni->pts[ev->pt_index].unlink_read_ns = monotonic_ns();
+    if (rc != PTL_EQ_EMPTY && ev->type == PTL_EVENT_AUTO_UNLINK) [[unlikely]]
+        note_unlink_read(e, *ev);
     return rc;
+}
+
+// The application may now be replacing the entry: held_messages.h.
+void Engine::note_unlink_read(Eq *e, const ptl_event_t &ev) {
+    if (e->ni && ev.pt_index < e->ni->pts.size()) e->ni->pts[ev.pt_index].unlink_read_ns = monotonic_ns();
 }
 
 int Engine::take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken) {
@@ -1051,9 +1054,14 @@ int Engine::take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken) 
     int rc = PTL_EQ_EMPTY;
     // A blocked PtlEQWait has priority, as in eq_get. Only the first event taken can follow
     // an overflow: no event is posted while the lock is held.
-    if (!e->waiters)
-        for (int r; n < max && (r = pop_event(e, &evs[n])) != PTL_EQ_EMPTY; ++n)
-            if (n == 0) rc = r;
+    if (!e->waiters) {
+        bool dropped = false;
+        n = e->pop_many(evs, max, &dropped);
+        if (n) rc = dropped ? PTL_EQ_DROPPED : PTL_OK;
+        for (unsigned i = 0; i < n; ++i)
+            if (evs[i].type == PTL_EVENT_AUTO_UNLINK) [[unlikely]]
+                note_unlink_read(e, evs[i]);
+    }
     if (taken) *taken = n;
     return rc;
 }

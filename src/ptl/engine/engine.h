@@ -183,7 +183,8 @@ private:
     void note_send_left_work();
     int app_progress_locked();
     int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
-    int pop_event(Eq *e, ptl_event_t *ev);  // every read of an event by the application
+    int pop_event(Eq *e, ptl_event_t *ev);  // the application reads one event (take_events: many)
+    void note_unlink_read(Eq *e, const ptl_event_t &ev);
     uint64_t coarse_now() {
         constexpr uint32_t kCoarseClockCalls = 16;
         if (++coarse_calls_ < kCoarseClockCalls && coarse_now_ns_) [[likely]]
@@ -192,7 +193,7 @@ private:
     }
     uint64_t read_coarse_clock();
     void handle_message(const InMessage &m);
-    void process_message(const InMessage &m);
+    [[gnu::always_inline]] inline void process_message(const InMessage &m);  // handle_message and replay_held
     // Retries held messages in order (held_messages.h); returns how many were processed.
     int replay_held(uint64_t now_ns);
     // In on_request: whether this message may still be held instead of triggering flow control.

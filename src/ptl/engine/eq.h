@@ -87,6 +87,21 @@ struct Eq {
         return ring[tail < ring.size() ? tail : tail - ring.size()];
     }
 
+    // Up to `max` events into `evs`, oldest first, in at most two copies (the ring may wrap);
+    // how many. *was_dropped: whether events were lost before the first of them (EQ1).
+    unsigned pop_many(ptl_event_t *evs, unsigned max, bool *was_dropped) {
+        const uint64_t n = std::min<uint64_t>(count, max);
+        const uint64_t first = std::min<uint64_t>(n, ring.size() - head);
+        std::copy_n(ring.data() + head, first, evs);
+        std::copy_n(ring.data(), n - first, evs + first);
+        head = n - first ? n - first : (head + first == ring.size() ? 0 : head + first);
+        count -= n;
+        taken += n;
+        *was_dropped = n && dropped;
+        if (n) dropped = false;
+        return unsigned(n);
+    }
+
     // PTL_OK / PTL_EQ_DROPPED with the event, or PTL_EQ_EMPTY.
     int pop(ptl_event_t *ev) {
         if (count == 0) return PTL_EQ_EMPTY;
