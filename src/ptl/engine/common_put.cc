@@ -39,7 +39,7 @@ int Engine::common_put(const DataOpArgs &a) {
     // The direct path's turn when the peer exports the entry this put would reach.
     direct::PeerTable *table = r.table;
     if (!table && r.table_may_appear) [[unlikely]]
-        table = route_.table = peer_table(r.peer_id);
+        table = route_.table = peer_table(r.peer->id);
     if (const uint64_t version = table ? table->version() : 0;
         table && !(version == r.unexported_version && a.pt_index == r.unexported_pt &&
                    a.match_bits == r.unexported_bits)) {
@@ -105,7 +105,6 @@ bool Engine::set_put_route(const DataOpArgs &a) {
         std::min<uint64_t>({cfg_.rndv_threshold, n->limits.max_msg_size, ring_room - sizeof(proto::Header)});
     r.pt_count = uint32_t(n->pts.size());
     r.peer = p;
-    r.peer_id = peer;
     r.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
     r.unexported_version = ~0ull;
     r.table_may_appear = !r.table && exports_;

@@ -279,7 +279,6 @@ private:
         uint64_t max_length = 0;  // inline: the rendezvous threshold, max_msg_size, ring room
         uint32_t pt_count = 0;
         shm::Peer *peer = nullptr;
-        PeerId peer_id{};
         direct::PeerTable *table = nullptr;
         // The last portal index and match bits the table had no entry for, at its version.
         uint64_t unexported_version = ~0ull;

@@ -356,6 +356,11 @@ void Engine::trace_delivery(const Ni *n, const InMessage &m, const proto::Header
 
 namespace {
 
+// A message matched in the overflow list leaves an unexpected header unless the entry says not.
+bool keeps_header(const Entry &e, ptl_list_t list) {
+    return list == PTL_OVERFLOW_LIST && !(e.opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
+}
+
 ptl_process_t initiator_of(const Ni &n, const InMessage &m, const proto::Header &h) {
     ptl_process_t initiator{};
     if (n.logical())
@@ -460,8 +465,7 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
 
     if constexpr (op == proto::kPut) {
         if (e->plain_put && !(h.flags & proto::kRendezvous) && !(pt.options & PTL_PT_FLOWCTRL) && !trace_ &&
-            (list == PTL_PRIORITY_LIST || (e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE)) &&
-            deliver_plain_put(n, pt, e, m, h, list)) [[likely]]
+            !keeps_header(*e, list) && deliver_plain_put(n, pt, e, m, h, list)) [[likely]]
             return;
     }
     on_matched<op>(n, pt, e, list, m, h);
@@ -515,7 +519,7 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
         refuse(m, h, PTL_NI_OP_VIOLATION);
         return;
     }
-    const bool keep_header = list == PTL_OVERFLOW_LIST && !(e->opts() & PTL_ME_UNEXPECTED_HDR_DISABLE);
+    const bool keep_header = keeps_header(*e, list);
     if (keep_header && n->unexpected >= uint32_t(n->limits.max_unexpected_headers)) {
         if (!(pt.options & PTL_PT_FLOWCTRL)) {
             if (trace_) trace_arrival(n, m, h, "dropped: max_unexpected_headers reached, matched", e, list);

@@ -79,15 +79,8 @@ public:
     // Producer: copies header + payload into the ring. False if the ring is full right now.
     bool try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
                   const struct iovec *payload, int payload_count, size_t payload_len);
-    // The same for a payload in one piece (the common small message); inline, so that a header
-    // of known size is copied without a call.
-    bool try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size_t header_len,
-                  const void *payload, size_t payload_len) {
-        return try_push_filled(src_nid, src_pid, header_len, payload, payload_len,
-                               [&](void *at) { std::memcpy(at, header, header_len); });
-    }
-    // The same with the header written in place by `fill(void *at)`: nothing built beside the
-    // ring and copied in (the engine's common put).
+    // The same for a payload in one piece and a header written in place by `fill(void *at)`:
+    // nothing built beside the ring and copied in (the engine's common put).
     template <class Fill>
     [[gnu::always_inline]] bool try_push_filled(uint32_t src_nid, uint32_t src_pid, size_t header_len,
                                                 const void *payload, size_t payload_len, Fill &&fill) {

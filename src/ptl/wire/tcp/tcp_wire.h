@@ -60,8 +60,6 @@ public:
     // `hook(due_ns)` is called when a cork begins: its frames must leave by `due_ns` even if
     // nobody calls progress (the engine's progress thread sees to it).
     void set_cork_hook(std::function<void(uint64_t)> hook) { cork_hook_ = std::move(hook); }
-    // When the oldest corked frame must leave (a monotonic_ns time), or 0 if none is corked.
-    uint64_t cork_due_ns() const { return cork_due_ns_; }
     // Frames dropped as malformed since the last call (a bad stream also loses its connection).
     uint64_t take_malformed();
     // No connection, nothing corked: a progress would only look for new connections.
