@@ -1,4 +1,7 @@
+// Portal table entries (§3.7) and their match lists.
 #include "pt.h"
+
+#include "engine.h"
 
 namespace ptl {
 
@@ -31,6 +34,83 @@ void UnexpectedList::remove(UnexpectedHeader *u) {
     auto it = by_bits.find(u->match_bits);
     if (it != by_bits.end() && it->second.empty()) by_bits.erase(it);
     --size;
+}
+
+// ---------------------------------------------------------------------------------------
+// Portal table (§3.7)
+
+int Engine::pt_alloc(ptl_handle_ni_t h, unsigned options, ptl_handle_eq_t eqh, ptl_pt_index_t req,
+                     ptl_pt_index_t *out) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || !out) return PTL_ARG_INVALID;
+    if (options & ~unsigned(PTL_PT_ONLY_USE_ONCE | PTL_PT_FLOWCTRL | PTL_PT_ONLY_TRUNCATE |
+                            PTL_PT_ALLOC_DISABLED | 8 /* reference's MATCH_UNORDERED hint */))
+        return PTL_ARG_INVALID;
+    Eq *eq = nullptr;
+    if (eqh != PTL_EQ_NONE) {
+        eq = n->eq(eqh);
+        if (!eq) return PTL_ARG_INVALID;
+    }
+    if ((options & PTL_PT_FLOWCTRL) && !eq) return PTL_PT_EQ_NEEDED;
+    ptl_pt_index_t idx;
+    if (req == PTL_PT_ANY) {
+        auto it = std::find_if(n->pts.begin(), n->pts.end(), [](const Pt &p) { return !p.allocated; });
+        if (it == n->pts.end()) return PTL_PT_FULL;
+        idx = ptl_pt_index_t(it - n->pts.begin());
+    } else {
+        if (req >= n->pts.size()) return PTL_ARG_INVALID;
+        if (n->pts[req].allocated) return PTL_PT_IN_USE;
+        idx = req;
+    }
+    Pt &pt = n->pts[idx];
+    pt = Pt();
+    pt.allocated = true;
+    pt.enabled = !(options & PTL_PT_ALLOC_DISABLED);
+    pt.options = options;
+    pt.eq = eq;
+    if (eq && (options & PTL_PT_FLOWCTRL)) {
+        ++eq->reserved;
+        eq->fit_reserved();
+    }
+    *out = idx;
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u alloc: options 0x%x%s", n->index, idx, options,
+                      eq ? ", eq" : "");
+    return PTL_OK;
+}
+
+int Engine::pt_free(ptl_handle_ni_t h, ptl_pt_index_t idx) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
+    Pt &pt = n->pts[idx];
+    if (pt.entries() || pt.unexpected.size) return PTL_PT_IN_USE;
+    if (pt.eq && (pt.options & PTL_PT_FLOWCTRL) && pt.eq->reserved) --pt.eq->reserved;
+    pt = Pt();
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u free", n->index, idx);
+    return PTL_OK;
+}
+
+int Engine::pt_disable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
+    // Blocking in the spec's sense: deliveries run entirely under mu_, so once we hold it no
+    // message is half processed and its events are already posted.
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
+    n->pts[idx].enabled = false;
+    revoke_exports(n, idx, false);
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u disabled by the application", n->index, idx);
+    return PTL_OK;
+}
+
+int Engine::pt_enable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
+    n->pts[idx].enabled = true;
+    export_front(n, n->pts[idx], nullptr);
+    PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u enabled", n->index, idx);
+    return PTL_OK;
 }
 
 }  // namespace ptl

@@ -1,22 +1,8 @@
 #include "futex_mutex.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "futex.h"
 
 namespace ptl {
-
-namespace {
-
-void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
-
-}  // namespace
 
 void FutexMutex::lock_contended() {
     // The holder usually leaves within a message's handling: spin that long before sleeping.

@@ -1,0 +1,250 @@
+// The physical NI: the process's identity and the wires that reach its peers (loopback, shm,
+// tcp, verbs), opened with the first NI and closed with the last PtlFini.
+#include <cstdio>
+#include <functional>
+#include <string>
+
+#include "../runtime/identity.h"
+#include "../wire/loopback/loopback_wire.h"
+#include "../wire/shm/shm_wire.h"
+#include "../wire/tcp/tcp_wire.h"
+#include "../wire/verbs/verbs_control.h"
+#ifdef PTL_HAVE_VERBS
+#include "../wire/verbs/verbs_wire.h"
+#endif
+#include "engine.h"
+#include "progress_thread.h"
+
+namespace ptl {
+
+namespace {
+
+// NI creation is where configuration meets the system; say why it failed, once, on stderr.
+void report(const std::string &what) {
+    std::fprintf(stderr, "portals: %s\n", what.c_str());
+}
+
+}  // namespace
+
+void Engine::on_verbs_control(const InMessage &m) {
+#ifdef PTL_HAVE_VERBS
+    if (verbs_) {
+        verbs_->on_control(m);
+        return;
+    }
+#endif
+    const verbs::ControlMsg c = verbs::control_of(m);
+    if (c.kind == uint8_t(verbs::ControlKind::Connect) && tcp_) verbs::send_reject(*tcp_, m.from, c.epoch);
+}
+
+int Engine::open_physical(ptl_pid_t pid) {
+    if (cfg_.wire == WireChoice::Invalid) {
+        report("PTL_WIRE=" + cfg_.wire_name + " is not one of auto, shm, tcp, verbs");
+        return PTL_ARG_INVALID;
+    }
+    std::string err;
+    const uint32_t nid = identity::select_nid(cfg_.iface, &iface_name_, &err);
+    if (!nid) {
+        report("PTL_IFACE: " + err);
+        return PTL_ARG_INVALID;
+    }
+    int fd = -1;
+    const int64_t got = identity::acquire_pid(nid, pid, &fd, &err);
+    if (got < 0) {
+        if (err == "in use") return PTL_PID_IN_USE;  // an answer the caller handles, not a fault
+        report("no pid: " + err);
+        return PTL_NO_SPACE;
+    }
+    self_ = {nid, uint32_t(got)};
+    uid_ = getuid();
+    shm::ShmConfig sc;
+    sc.ncells = cfg_.shm_cells;
+    sc.cell_size = cfg_.shm_cell_size;
+    sc.export_bytes = cfg_.direct ? kExportAreaBytes : 0;
+    shm_ = shm::ShmWire::create(self_, sc, &err);
+    if (!shm_) {
+        report("shared-memory wire: " + err);
+        identity::release_pid(nid, uint32_t(got), fd);
+        return PTL_NO_SPACE;
+    }
+    open_exports();
+    if (cfg_.wire != WireChoice::Shm) {
+        tcp::TcpConfig tc;
+        tc.port_base = cfg_.tcp_port_base;
+        tc.timeout_ms = cfg_.tcp_timeout_ms;
+        // Without a progress thread a corked frame would wait for the application's next call.
+        tc.cork_ns = cfg_.progress_thread ? uint64_t(cfg_.tcp_cork_us) * 1000 : 0;
+        tcp_ = tcp::TcpWire::create(
+            self_, tc, [this] { shm_->wake(); }, &err);
+        if (!tcp_) {
+            // Without it this process still reaches its own host; only an explicit request
+            // for tcp makes that fatal.
+            report("tcp wire: " + err +
+                   (cfg_.wire == WireChoice::Tcp ? "" : "; other hosts are unreachable"));
+            if (cfg_.wire == WireChoice::Tcp) {
+                shm_.reset();
+                identity::release_pid(nid, uint32_t(got), fd);
+                return PTL_NO_SPACE;
+            }
+        }
+    }
+#ifdef PTL_HAVE_VERBS
+    if (tcp_ && (cfg_.wire == WireChoice::Auto || cfg_.wire == WireChoice::Verbs)) {
+        verbs::VerbsConfig vc;
+        vc.device = cfg_.verbs_device;
+        vc.gid_index = cfg_.verbs_gid_index;
+        vc.rx_depth = cfg_.verbs_rx_depth;
+        vc.buf_size = cfg_.verbs_buf_size;
+        vc.ack_timeout = uint8_t(cfg_.verbs_ack_timeout);
+        vc.reg_cache = cfg_.verbs_reg_cache;
+        vc.reg_cache_max = cfg_.verbs_reg_cache_max;
+        vc.stats = cfg_.verbs_stats;
+        vc.timeout_ms = cfg_.tcp_timeout_ms;
+        verbs_ = verbs::VerbsWire::create(
+            self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);
+        // Auto without a device is an ordinary host without RDMA; a named device or
+        // PTL_WIRE=verbs that cannot be had is the user's mistake to hear about.
+        if (!verbs_ && (cfg_.wire == WireChoice::Verbs || !cfg_.verbs_device.empty()))
+            report("verbs wire: " + err + (cfg_.wire == WireChoice::Verbs ? "" : "; other hosts use tcp"));
+        if (!verbs_ && cfg_.wire == WireChoice::Verbs) {
+            tcp_.reset();
+            shm_.reset();
+            identity::release_pid(nid, uint32_t(got), fd);
+            return PTL_NO_SPACE;
+        }
+    }
+#else
+    if (cfg_.wire == WireChoice::Verbs) {
+        report("PTL_WIRE=verbs: this libportals4 was built without verbs (libibverbs-dev)");
+        tcp_.reset();
+        shm_.reset();
+        identity::release_pid(nid, uint32_t(got), fd);
+        return PTL_NO_SPACE;
+    }
+#endif
+    pid_lock_fd_ = fd;
+    open_remote();
+#ifdef PTL_HAVE_VERBS
+    // A system call per poll for the few messages tcp still carries would cost RDMA polls
+    // their latency (an emulated guest: 10-20 us each).
+    if (verbs_ && tcp_) tcp_->set_setup_only(true);
+#endif
+    if (!trace_ && !cfg_.trace_dir.empty()) {
+        trace_ = Trace::open(cfg_.trace_dir, cfg_.trace_mb, &err);
+        if (!trace_) report("PTL_TRACE: " + err + "; not tracing");
+    }
+    if (trace_) {
+        trace_->set_identity(nid, uint32_t(got));
+        trace_->notable("open: pid %u on %s, PTL_WIRE=%s, tcp %s", uint32_t(got),
+                        iface_name_.empty() ? "-" : iface_name_.c_str(), cfg_.wire_name.c_str(),
+                        tcp_ ? "on" : "off");
+    }
+    identity::remove_stale_rings();  // left by processes of this user that were killed
+    loop_ = std::make_unique<LoopbackWire>(self_, [this] {
+        if (shm_ && !completing_own_) shm_->wake();
+    });
+    phys_open_ = true;
+    if (cfg_.progress_thread) progress_thread_ = std::make_unique<ProgressThread>(*this, cfg_.progress_cpu);
+    if (tcp_)  // corked frames (TcpConfig::cork_ns) leave by their deadline
+        tcp_->set_cork_hook([this](uint64_t due_ns) {
+            if (progress_thread_) progress_thread_->flush_by(due_ns);
+        });
+    return PTL_OK;
+}
+
+void Engine::close_physical() {
+    progress_thread_.reset();  // joins; must not hold mu_
+    Lock lk(mu_);
+    if (!phys_open_) return;
+    quiet_.store(false, std::memory_order_release);  // lock-free polls must not touch the wires
+    loop_.reset();
+    peer_tables_.clear();  // they point into peers' segments, which shm_ maps
+    last_table_ = nullptr;
+    forget_put_route();
+    exports_ = nullptr;
+    holding_published_ = false;
+    close_remote();
+#ifdef PTL_HAVE_VERBS
+    verbs_.reset();  // sends through tcp_, wakes through shm_
+#endif
+    tcp_.reset();  // its watcher wakes through shm_
+    shm_.reset();
+    identity::release_pid(self_.nid, self_.pid, pid_lock_fd_);
+    pid_lock_fd_ = -1;
+    phys_open_ = false;
+    PTL_TRACE_NOTABLE(trace_.get(), "close");
+}
+
+Wire *Engine::wire_for(PeerId p) {
+    if (p == self_) return loop_.get();
+#ifdef PTL_HAVE_VERBS
+    if (verbs_ && (p.nid != self_.nid || cfg_.wire == WireChoice::Verbs)) return verbs_.get();
+#endif
+    if (p.nid == self_.nid && cfg_.wire != WireChoice::Tcp) return shm_.get();
+    return tcp_.get();
+}
+
+bool Engine::peer_gone(PeerId p) {
+    Wire *w = wire_for(p);
+    return !w || w->peer_dead(p);
+}
+
+void Engine::inject(const InMessage &m) {
+    Lock lk(mu_);
+    if (phys_open_) handle_message(m);
+}
+
+int Engine::nid_reachable(ptl_handle_ni_t h, ptl_nid_t nid) {
+    Lock lk(mu_);
+    if (!ni_of(h)) return PTL_ARG_INVALID;
+    return nid == self_.nid || tcp_ != nullptr;  // our node: loopback/shm (or tcp, which then exists)
+}
+
+int Engine::set_notify_drops(ptl_handle_ni_t h, bool enable) {
+    Lock lk(mu_);
+    Ni *n = ni_of(h);
+    if (!n) return PTL_ARG_INVALID;
+    n->notify_drops = enable;
+    return PTL_OK;
+}
+
+int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
+    Lock lk(mu_);
+    if (!ni_of(h)) return PTL_ARG_INVALID;
+    progress_locked();  // a closed connection is news only once a wire reads it
+    return !peer_gone({peer.phys.nid, peer.phys.pid});
+}
+
+void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &also_due) {
+    // Peers' direct counts ring only a sleeping engine: one that counted just before we went
+    // to sleep left the flag up instead.
+    const std::function<bool()> counted = [this, &also_due] {
+        return (exports_ && exports_->header.counted.load(std::memory_order_seq_cst)) ||
+               (also_due && also_due());
+    };
+    if (tcp_)
+        shm_->wait_for_traffic(
+            timeout_us,
+            [this] {
+                tcp_->arm_wakeup();
+#ifdef PTL_HAVE_VERBS
+                // Arming looks at the completion queue once more, which progress owns.
+                if (verbs_) {
+                    Lock lk(mu_);
+                    if (verbs_) verbs_->arm_wakeup();
+                }
+#endif
+            },
+            counted);
+    else
+        shm_->wait_for_traffic(timeout_us, {}, counted);
+}
+
+bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable) {
+    Wire *w = wire_for(to);
+    if (!w) return false;
+    return deferrable ? w->send_deferrable(to, &h, sizeof h, payload, n)
+                      : w->send(to, &h, sizeof h, payload, n);
+}
+
+}  // namespace ptl
