@@ -16,7 +16,7 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
     Iface *f = ep->iface;
     Peer &p = *ep->window;
     MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
-    if (const uint16_t g = f->take_piggy_grant(p)) {
+    if (const uint16_t g = f->windows.take_piggy_grant(p)) {
         m.grant = true;
         m.fetch_length = g;
     }
@@ -24,11 +24,11 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
     const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length,
                           PTL_NO_ACK_REQ, ep->peer, pt, bits, encode_msg(m), nullptr, hdr_data);
     if (rc != PTL_OK) {
-        if (m.grant) p.owed += m.fetch_length;
+        if (m.grant) f->windows.owe_again(p, m.fetch_length);
         f->tx_free.push_back(tx_desc);
         return status_of(rc);
     }
-    f->hold(p, tx_desc);
+    f->windows.hold(p, tx_desc);
     ep->sent_mark = p.sent;
     return UCS_OK;
 }

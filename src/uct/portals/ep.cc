@@ -26,7 +26,7 @@ extern "C" ucs_status_t uct_portals_ep_init(uct_portals_ep_t *uct, const uct_ep_
     ep->am_pt = ia->am_pt;
     ep->tag_pt = ia->tag_pt;
     ep->ctl_pt = ia->ctl_pt;
-    ep->window = &ep->iface->peer(ep->peer, ia->ctl_pt);
+    ep->window = &ep->iface->windows.peer(ep->peer, ia->ctl_pt);
     ucs_queue_head_init(&ep->pending);
     ep->iface->eps.push_back(ep);
     uct->impl = ep;
@@ -83,7 +83,7 @@ extern "C" ucs_status_t uct_portals_ep_flush(uct_ep_h tl_ep, unsigned flags, uct
                             [ep](const Iface::ZcopySend &z) { return z.ep == ep; });
     };
     if (done()) return UCS_OK;
-    if (!f->messages_arrived(ep)) f->ensure_probe(*ep->window);
+    if (!f->messages_arrived(ep)) f->windows.ensure_probe(*ep->window);
     f->progress();
     if (done()) return UCS_OK;
     if (comp) {

@@ -116,12 +116,10 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->tm_list_size = cfg->tm_list_size;
     f->rndv_queue_len = std::max(cfg->rndv_queue_len, 1u);
     f->tx_window = std::max(cfg->tx_window, 1u);
-    f->grant_batch = std::max(cfg->grant_batch, 1u);
     f->latency = cfg->latency_ns;
     f->bandwidth = cfg->bandwidth_mbs;
     f->print_stats = cfg->stats != 0;
     f->progress_clock = ucs_get_time();
-    f->idle_grant_delay = ucs_time_from_usec(Iface::kIdleGrantDelayUs);
     if (params->open_mode & UCT_IFACE_OPEN_MODE_DEVICE) f->dev_name = params->mode.device.dev_name;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_CB) f->eager_cb = params->eager_cb;
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_EAGER_ARG) f->eager_arg = params->eager_arg;
@@ -174,6 +172,9 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     }
     if (rc == PTL_OK) {
         for (unsigned i = tx_descs; i-- > 0;) f->tx_free.push_back(int(i));
+        // Zero bytes from anywhere: the send-buffer pool is a valid address in the MD.
+        f->windows.setup({f->md, reinterpret_cast<uintptr_t>(f->tx_buf), f->ctl_pt,
+                          std::max(cfg->grant_batch, 1u), ucs_time_from_usec(Iface::kIdleGrantDelayUs)});
         rc = append_ctl_mes(*f);
     }
     if (rc == PTL_OK) {
@@ -204,7 +205,7 @@ extern "C" void uct_portals_iface_cleanup(uct_portals_iface_t *uct) {
     if (!f) return;
     for (RxEvent &r : f->rx_fifo) RxPool::release_buf(r.buf);
     // Senders waiting to hear that their messages were processed (a flush) hear it now.
-    f->send_owed_grants(true);
+    f->windows.send_owed_grants(f->progress_clock, true);
     release_objects(*f);
     print_tag_stats(*f);
     delete f;
@@ -334,7 +335,7 @@ extern "C" ucs_status_t uct_portals_iface_flush(uct_iface_h tl_iface, unsigned, 
     };
     if (done()) return UCS_OK;
     for (Ep *ep : f->eps)
-        if (!f->messages_arrived(ep)) f->ensure_probe(*ep->window);
+        if (!f->messages_arrived(ep)) f->windows.ensure_probe(*ep->window);
     f->progress();
     return done() ? UCS_OK : UCS_INPROGRESS;
 }
@@ -356,7 +357,7 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // no acknowledgement, so a sleeper waiting for them gets a probe's.
     if (events & UCT_EVENT_SEND_COMP)
         for (Ep *ep : f->eps)
-            if (!ep->failed() && !ep->window->arrived(ep->window->sent)) f->ensure_probe(*ep->window);
+            if (!ep->failed() && !ep->window->arrived(ep->window->sent)) f->windows.ensure_probe(*ep->window);
     uint64_t v;
     while (read(f->event_fd, &v, sizeof v) == ssize_t(sizeof v)) {
     }
@@ -365,7 +366,7 @@ extern "C" ucs_status_t uct_portals_iface_event_arm(uct_iface_h tl_iface, unsign
     // pending requests that can run all mean the caller must progress first. Draining the
     // EQ here once completed a request inside the arm, and its waiter slept on.
     // A sleeping receiver must not hold its senders' buffers.
-    f->send_owed_grants(true);
+    f->windows.send_owed_grants(f->progress_clock, true);
     // zcopy sends known to have arrived complete from progress, without an event to wake it.
     if (!f->rx_fifo.empty() || !f->deferred.empty() || !f->cancelled.empty() || f->zcopy_check_due ||
         !f->flush_checks.empty() || (!f->pending_eps.empty() && f->has_tx_resources()))

@@ -27,6 +27,8 @@ extern "C" {
 #include <vector>
 
 #include "me.h"
+#include "message_format.h"
+#include "op.h"
 #include "peer_window.h"
 #include "ring.h"
 #include "rx_pool.h"
@@ -34,73 +36,6 @@ extern "C" {
 
 namespace uct_portals {
 
-// The remote offset of a message to a receive portal carries what the receiver needs to
-// fetch it if it was truncated (receive descriptors place data at locally managed offsets,
-// so the field is otherwise unused): [grant:1][kind:3][sender ctl portal:8][16 bits]
-// [offset in the sender's send-buffer pool:36]. A rendezvous' announcement is put with zero
-// bytes and fetched by its key (see tag.cc): the 16 bits are its length. Other messages are
-// fetched by rlength; with the grant bit set, their 16 bits are a grant (peer_window.h).
-enum class MsgKind : uint8_t { Am = 1, TagEager = 2, TagRndv = 3, TagRndvRequest = 4 };
-
-struct MsgInfo {
-    MsgKind kind;
-    uint8_t src_pt;
-    uint64_t src_offset;
-    uint16_t fetch_length = 0;  // or the grant
-    bool grant = false;
-};
-
-constexpr unsigned kMsgOffsetBits = 36;
-constexpr uint64_t kMaxTxPoolBytes = 1ull << kMsgOffsetBits;
-
-inline uint64_t encode_msg(const MsgInfo &m) {
-    return (uint64_t(m.grant) << 63) | (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) |
-           (uint64_t(m.fetch_length) << kMsgOffsetBits) | (m.src_offset & (kMaxTxPoolBytes - 1));
-}
-inline MsgInfo decode_msg(uint64_t v) {
-    return {MsgKind((v >> 60) & 7), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1),
-            uint16_t(v >> kMsgOffsetBits), bool(v >> 63)};
-}
-
-// A rendezvous' header data: [data length:32][key:32]. The key names the sender's ME for
-// the data (kRndvBits | key); the length lets a posted receive fetch it without reading the
-// announcement (which a receive smaller than it could not hold).
-constexpr uint64_t kMaxRndvLength = (1ull << 32) - 1;
-inline uint64_t rndv_hdr_data(uint64_t length, uint32_t key) {
-    return (length << 32) | key;
-}
-constexpr size_t kMaxRndvHeader = 0xffff - 64;  // announcement = RndvInfo + header < 64 KiB
-inline uint32_t rndv_key(uint64_t hdr_data) {
-    return uint32_t(hdr_data);
-}
-inline uint64_t rndv_length(uint64_t hdr_data) {
-    return hdr_data >> 32;
-}
-
-// Match bits on the ctl portal.
-constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;    // the send-buffer pool
-constexpr ptl_match_bits_t kRndvBits = 1ull << 62;      // one rendezvous' data, | key
-constexpr ptl_match_bits_t kProbeBits = 1ull << 61;     // zero bytes, for RMA without an rkey
-constexpr ptl_match_bits_t kAnnounceBits = 1ull << 60;  // one rendezvous' announcement, | key
-constexpr ptl_match_bits_t kGrantBits = 1ull << 59;     // a grant, | the granting iface's ctl portal
-
-// A remote region; nullptr for the null and invalid rkeys. Those name no memory, so only a
-// zero-length put or get may use them: it goes to the peer's probe entry, and so still
-// reaches the peer, completes in order and reports a failed peer.
-inline const uct_portals_rkey_t *rkey_of(uct_rkey_t rkey) {
-    if (rkey == 0 || rkey == UCT_INVALID_RKEY) return nullptr;
-    return reinterpret_cast<const uct_portals_rkey_t *>(rkey);
-}
-
-// A rendezvous announcement, followed by the user header.
-struct RndvInfo {
-    uint64_t length;
-    uint64_t remote_addr;
-    uct_portals_rkey_t rkey;
-};
-
-struct Ep;
-struct Peer;
 struct Iface;
 
 // A registration (md.cc): the ME and what the rkey names.
@@ -111,66 +46,6 @@ struct Memh {
 };
 
 constexpr size_t kMaxIov = 16;  // gathered into a send buffer
-
-enum class OpType : uint8_t { Put, Get, GetBcopy, AtomicPost, AtomicFetch, Probe, Rndv, Recovery };
-
-// What the engine reads and writes through an op's memory: the operands (read at the call)
-// and the old value of a fetching atomic, which the engine's progress thread may write at any
-// moment from the call on, even before the call returns. Nothing of ours writes them then.
-struct OpEngineWords {
-    uint64_t operand = 0, compare = 0, fetched = 0;
-};
-
-// The rest of an op, reset each time it is taken.
-struct OpState {
-    OpType type{};
-    Ep *ep = nullptr;  // nullptr once the ep is destroyed (or for a receiver's fetch)
-    uct_completion_t *comp = nullptr;
-    uint64_t seq = 0;  // order of issue on the ep (flush)
-    // get_bcopy
-    uct_unpack_callback_t unpack_cb = nullptr;
-    void *unpack_arg = nullptr;
-    size_t length = 0;
-    // fetching atomics: the old value (OpEngineWords::fetched) is copied to result
-    void *result = nullptr;
-    unsigned result_size = 0;
-    bool acked = false;  // a rendezvous' announcement arrived
-    // rendezvous: the MEs exposing the data and the announcement (RndvInfo + header)
-    ptl_handle_me_t src_me = PTL_INVALID_HANDLE, announce_me = PTL_INVALID_HANDLE;
-    char *announcement = nullptr;
-    bool cancelled = false;  // rendezvous cancelled while its GET was on its way
-    // get_bcopy lands here first
-    char *bounce = nullptr;
-    // a receiver fetching a message: truncated at its catch-all, or a rendezvous' data
-    int64_t rx_id = -1;      // the RxEvent in rx_fifo (Ring id) whose truncated body this fetches
-    Peer *window = nullptr;  // a flush probe's peer
-    uct_tag_context_t *ctx = nullptr;
-    ucs_status_t rndv_status = UCS_OK;
-    struct Op *next_free = nullptr;
-};
-
-// One operation in flight; its address is the user_ptr of the engine operation.
-struct Op : OpEngineWords, OpState {};
-
-// A peer iface (peer_window.h).
-struct Peer {
-    ptl_process_t proc{};
-    uint8_t ctl_pt = 0;
-    // Sending to it: buffers of messages it has not reported processed, oldest first, and
-    // how many messages were sent; so sent - held.size() are known processed.
-    Ring<int> held;
-    uint64_t sent = 0;
-    // The flush probe: one at a time; `probed` messages are known to have arrived.
-    Op probe_op;
-    bool probe_in_flight = false;
-    uint64_t probe_covers = 0, probed = 0;
-    std::vector<Ep *> flushing;  // eps with flushes waiting for messages to this peer
-    // Receiving from it: messages processed and not yet reported.
-    uint32_t owed = 0;
-    ucs_time_t owed_since = 0;  // when the oldest of them was processed
-    bool in_owing_list = false;
-    bool arrived(uint64_t mark) const { return sent - held.size() >= mark || probed >= mark; }
-};
 
 // A receive event waiting its turn: events of both receive portals are delivered in arrival
 // order, and one whose data must first be fetched holds back those behind it.
@@ -273,12 +148,9 @@ struct Iface {
     size_t tx_stride = 0;
     std::vector<int> tx_free;
     ptl_handle_me_t grant_me = PTL_INVALID_HANDLE;
-    // peer ifaces (peer_window.h); a Peer lives as long as the iface
-    std::unordered_map<PeerKey, std::unique_ptr<Peer>, PeerKeyHash> peers;
-    Peer *last_peer = nullptr;         // most traffic comes from one peer at a time
-    std::vector<Peer *> owing;         // peers owed a grant
+    PeerWindows windows;               // peer ifaces (peer_window.h)
     std::vector<Peer *> flush_checks;  // peers whose grants may complete flushes
-    unsigned tx_window = 0, grant_batch = 0;
+    unsigned tx_window = 0;
     ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
     ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
     std::vector<Op> ops;
@@ -342,40 +214,15 @@ struct Iface {
     }
     char *tx_desc_addr(int d) const { return tx_buf + size_t(d) * tx_stride; }
     bool has_tx_resources() const { return free_ops != nullptr && !tx_free.empty(); }
-    // peer windows (peer_window.cc)
-    Peer &peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
-        if (last_peer && last_peer->proc.phys.nid == proc.phys.nid &&
-            last_peer->proc.phys.pid == proc.phys.pid && last_peer->ctl_pt == peer_ctl_pt) [[likely]]
-            return *last_peer;
-        return find_peer(proc, peer_ctl_pt);
-    }
-    Peer &find_peer(const ptl_process_t &proc, uint8_t peer_ctl_pt);
-    void hold(Peer &p, int tx_desc) {
-        p.held.push_back(tx_desc);
-        ++p.sent;
-    }
+    // peer windows: what the iface does with what they release (flush.cc)
     void release_held(Peer &p, uint32_t count);
     bool messages_arrived(const Ep *ep) const { return ep->failed() || ep->window->arrived(ep->sent_mark); }
-    // A probe behind everything sent to `p` so far, unless one is on its way.
-    void ensure_probe(Peer &p);
     void on_probe_ack(Peer &p, ucs_status_t status);
     void watch_flush(Ep *ep);      // its flush waits for messages to arrive
     void check_flushing(Peer &p);  // some of its messages are known to have arrived
     void on_grant_event(const ptl_event_t &ev);
-    void processed_from(Peer &p);
-    // The grant to piggy-back on a message to `p` (0: none owed); taken from what is owed.
-    uint16_t take_piggy_grant(Peer &p) {
-        const uint32_t g = std::min(p.owed, kMaxPiggyGrant);
-        p.owed -= g;
-        return uint16_t(g);
-    }
-    void send_grant(Peer &p);
-    // Grants owed for at least kIdleGrantDelay (all: every one), for a progress call that found
-    // nothing to do. A receiver that keeps up with its sender is idle between most messages:
-    // granting at once there would cost a grant per message, as many as acknowledgements.
+    // Grants wait this long for a progress call that finds nothing to do (PeerWindows).
     static constexpr double kIdleGrantDelayUs = 20;
-    ucs_time_t idle_grant_delay = 0;  // in clock ticks (a conversion in floating point)
-    void send_owed_grants(bool all);
     // The clock of progress's own timers (idle grants, peer checks): read after a poll that
     // did work and every kPollsPerClockRead idle polls, not on every poll. rdtsc costs ~12 ns
     // on this kind of VM: a sixth of a busy sender's time went to it (perf, UCT am_bw).

@@ -15,11 +15,19 @@
 
 extern "C" {
 #include <portals4.h>
+#include <ucs/time/time.h>
 }
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "op.h"
+#include "ring.h"
 
 namespace uct_portals {
 
@@ -39,5 +47,87 @@ struct PeerKeyHash {
 // Grants piggy-backed on a message fit in its 16-bit fetch length field (unused by
 // messages other than rendezvous announcements).
 constexpr uint32_t kMaxPiggyGrant = 0xffff;
+
+// A peer iface, as its windows see it.
+struct Peer {
+    ptl_process_t proc{};
+    uint8_t ctl_pt = 0;
+    // Sending to it: buffers of messages it has not reported processed, oldest first, and
+    // how many messages were sent; so sent - held.size() are known processed.
+    Ring<int> held;
+    uint64_t sent = 0;
+    // The flush probe: one at a time; `probed` messages are known to have arrived.
+    Op probe_op;
+    bool probe_in_flight = false;
+    uint64_t probe_covers = 0, probed = 0;
+    std::vector<Ep *> flushing;  // eps with flushes waiting for messages to this peer
+    // Receiving from it: messages processed and not yet reported.
+    uint32_t owed = 0;
+    ucs_time_t owed_since = 0;  // when the oldest of them was processed
+    bool in_owing_list = false;
+    bool arrived(uint64_t mark) const { return sent - held.size() >= mark || probed >= mark; }
+};
+
+// The windows of one iface's peers. What becomes of the buffers and flushes they release is
+// the iface's business: it is told by return values, so this knows nothing of it.
+class PeerWindows {
+public:
+    struct Setup {
+        ptl_handle_md_t md = PTL_INVALID_HANDLE;  // grants and probes are put from it
+        uintptr_t zero_source = 0;                // any valid address in md (they carry no bytes)
+        ptl_pt_index_t own_ctl_pt = 0;            // names us to the peers we grant
+        unsigned grant_batch = 1;                 // owed messages that make a grant at once
+        ucs_time_t idle_grant_delay = 0;          // how long an idle receiver lets grants wait
+    };
+    void setup(const Setup &s) { setup_ = s; }
+
+    Peer &peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
+        if (last_ && last_->proc.phys.nid == proc.phys.nid && last_->proc.phys.pid == proc.phys.pid &&
+            last_->ctl_pt == peer_ctl_pt) [[likely]]
+            return *last_;
+        return find(proc, peer_ctl_pt);
+    }
+
+    // Sending: a message's buffer is held until the peer reports it processed.
+    void hold(Peer &p, int tx_desc) {
+        p.held.push_back(tx_desc);
+        ++p.sent;
+    }
+    // Up to `count` of the buffers `p` holds, oldest first, appended to `freed`; how many.
+    // More than is held comes only from a peer that granted an earlier iface on our portal
+    // index: nothing of ours is behind it.
+    uint32_t release(Peer &p, uint32_t count, std::vector<int> &freed);
+    // A probe behind everything sent to `p` so far, unless one is on its way; false if it
+    // could not be sent (the grants alone then tell what arrived).
+    bool ensure_probe(Peer &p);
+    // The probe's acknowledgement came back: what it covered arrived, unless it failed.
+    void probe_answered(Peer &p, bool arrived);
+
+    // Receiving: counted before the message is handed to UCP, so an answer sent from the
+    // callback carries the grant.
+    void processed_from(Peer &p);
+    // The grant to piggy-back on a message to `p` (0: none owed); taken from what is owed.
+    uint16_t take_piggy_grant(Peer &p) {
+        const uint32_t g = std::min(p.owed, kMaxPiggyGrant);
+        p.owed -= g;
+        return uint16_t(g);
+    }
+    // A piggy-backed grant that could not be sent is owed again.
+    void owe_again(Peer &p, uint16_t grant) { p.owed += grant; }
+    // Grants owed since before now - idle_grant_delay (all: every one), for a progress call
+    // that found nothing to do. A receiver that keeps up with its sender is idle between
+    // most messages: granting at once there would cost a grant per message.
+    void send_owed_grants(ucs_time_t now, bool all);
+    bool owes_grants() const { return !owing_.empty(); }
+
+private:
+    Peer &find(const ptl_process_t &proc, uint8_t peer_ctl_pt);
+    void send_grant(Peer &p);
+
+    Setup setup_;
+    std::unordered_map<PeerKey, std::unique_ptr<Peer>, PeerKeyHash> peers_;  // as long as the iface
+    Peer *last_ = nullptr;       // most traffic comes from one peer at a time
+    std::vector<Peer *> owing_;  // peers owed a grant
+};
 
 }  // namespace uct_portals

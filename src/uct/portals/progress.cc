@@ -70,7 +70,7 @@ unsigned Iface::progress() {
     if (n == 0 && rx_fifo.empty()) {
         am_rx.give_back_when_idle();
         tag_rx.give_back_when_idle();
-        if (!owing.empty()) send_owed_grants(false);
+        if (windows.owes_grants()) windows.send_owed_grants(progress_clock, false);
     }
     if (!eps.empty() && progress_clock >= next_peer_check) {
         next_peer_check = progress_clock + ucs_time_from_msec(kPeerCheckMs);
@@ -107,7 +107,7 @@ void Iface::check_peers() {
         if (PtlXPeerAlive(ni, ep->peer) == 0) {
             fail_ep(ep, UCS_ERR_ENDPOINT_TIMEOUT);
         } else if (!ep->window->held.empty()) {
-            ensure_probe(*ep->window);
+            windows.ensure_probe(*ep->window);
         }
     }
 }
@@ -249,7 +249,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
     r.msg = decode_msg(ev.remote_offset);
     // Rendezvous announcements are not sent from send buffers, so they are not counted.
     if (r.msg.kind != MsgKind::TagRndv) {
-        r.from = &peer(ev.initiator, r.msg.src_pt);
+        r.from = &windows.peer(ev.initiator, r.msg.src_pt);
         if (r.msg.grant) release_held(*r.from, r.msg.fetch_length);
     }
     if (ev.pt_index == tag_pt && ev.ptl_list == PTL_PRIORITY_LIST) {
@@ -275,7 +275,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
     }
     if (r.ready && deliver_at_once && rx_fifo.empty() && delivered_at_once < kMaxDeliveries) {
         ++delivered_at_once;
-        if (r.from) processed_from(*r.from);
+        if (r.from) windows.processed_from(*r.from);
         deliver_one(ev, r);
         return;
     }
@@ -317,7 +317,7 @@ unsigned Iface::deliver_rx(unsigned budget) {
     while (n < budget && !rx_fifo.empty() && rx_fifo.front().ready) {
         RxEvent r = rx_fifo.front();  // a handler's receive post may grow the fifo
         rx_fifo.pop_front();
-        if (r.from) processed_from(*r.from);
+        if (r.from) windows.processed_from(*r.from);
         deliver_one(r.ev, r);
         ++n;
     }
