@@ -12,7 +12,8 @@
 # their initiator (issue 32's direct path): UCT put_bw, get (bcopy), fadd 8 B; libportals4's
 # 8 B PtlPut stream (bench/ptl_put_rate, PTL_NO_ACK_REQ, CT-counted) at the sender and the
 # target, with logical maps of 2, 4,096 and 262,144 ranks, the two live ranks first or last
-# (the cost must not grow with the job: issue 33).
+# (the cost must not grow with the job: issue 33), and to 4 targets in turn (4 ranks of the
+# receiving process: what the engine keeps per target must serve them all).
 #   CG_ROWS=uct|ptl|all (default all) picks the groups.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,14 +55,15 @@ count() { # LEVEL TL SIDE TEST ITERS
 }
 
 # Total instructions of libportals4's put stream of MSGS puts, RANK (0 sender, 1 target) under
-# callgrind, the map MAP ranks with the live ones at AT (first|last).
-count_ptl() { # RANK MAP AT MSGS
+# callgrind, the map MAP ranks with the live ones at AT (first|last), the puts cycling through
+# TARGETS ranks of the receiver (default 1).
+count_ptl() { # RANK MAP AT MSGS [TARGETS]
   rm -f "$tmp"/cg.*
   local prog=$build/bench/ptl_put_rate
   local vg="valgrind --tool=callgrind -q --trace-children=yes --callgrind-out-file=$tmp/cg.%p"
   # shellcheck disable=SC2016 # expanded by the rank's shell
   "$build/ptlrun" -n 2 --timeout 600 bash -c 'if [ "$PTLRT_RANK" = "$1" ]; then exec $2 "$3" "${@:4}"; else exec "$3" "${@:4}"; fi' \
-    bash "$1" "$vg" "$prog" --msgs "$4" --map-ranks "$2" --map-at "$3" >/dev/null 2>"$tmp/err" ||
+    bash "$1" "$vg" "$prog" --msgs "$4" --map-ranks "$2" --map-at "$3" --targets "${5:-1}" >/dev/null 2>"$tmp/err" ||
     { echo "failed: $(tail -2 "$tmp/err")" >&2; return 1; }
   awk '/^totals:/ {print $2}' "$tmp"/cg.* | sort -n | tail -1
 }
@@ -103,5 +105,9 @@ if [ "$rows" != uct ]; then
         printf '%-40s %12s\n' "$label" "$v"
       done
     done
+  done
+  for side in 0 1; do
+    a=$(count_ptl $side 5 first "$n1" 4) && b=$(count_ptl $side 5 first "$n2" 4) && v=$(((b - a) / (n2 - n1))) || v=n/a
+    printf '%-40s %12s\n' "ptl put 8B 4 targets ($([ $side = 0 ] && echo sender || echo target))" "$v"
   done
 fi

@@ -3,10 +3,13 @@
  * larger than the job: the per-message cost must not grow with the job (issue 33 item 4).
  * Used by bench/callgrind_per_message.sh (instructions per put, sender and target side).
  *
- *   ptlrun -n 2 ptl_put_rate [--msgs N] [--map-ranks M] [--map-at first|last]
+ *   ptlrun -n 2 ptl_put_rate [--msgs N] [--map-ranks M] [--map-at first|last] [--targets K]
  *
  * With --map-ranks M the NI's map has M ranks: the two live processes at ranks 0 and 1
  * (first) or M-2 and M-1 (last), every other rank a process id no live process has.
+ * With --targets K the receiving process holds K ranks in a row and the sender's puts cycle
+ * through them: a rank that talks to several neighbours in turn (what the engine keeps per
+ * target must serve them all).
  * Rank 0 puts N 8 B messages (PTL_NO_ACK_REQ) into rank 1's LE, counted by a CT there; rank 1
  * answers with one put when all have landed. The LE is on the stack, not whole pages of its
  * own, so it is never exported: every put takes the message path (the engine's own cost).
@@ -25,6 +28,7 @@ int main(int argc, char **argv) {
     long msgs = 100000;
     long map_ranks = 0;
     int at_last = 0;
+    long targets = 1;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--msgs") && i + 1 < argc)
             msgs = atol(argv[++i]);
@@ -32,8 +36,11 @@ int main(int argc, char **argv) {
             map_ranks = atol(argv[++i]);
         else if (!strcmp(argv[i], "--map-at") && i + 1 < argc)
             at_last = !strcmp(argv[++i], "last");
+        else if (!strcmp(argv[i], "--targets") && i + 1 < argc)
+            targets = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: ptlrun -n 2 %s [--msgs N] [--map-ranks M] [--map-at first|last]\n",
+            fprintf(stderr,
+                    "usage: ptlrun -n 2 %s [--msgs N] [--map-ranks M] [--map-at first|last] [--targets K]\n",
                     argv[0]);
             return 2;
         }
@@ -42,7 +49,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "run with: ptlrun -n 2 %s\n", argv[0]);
         return 2;
     }
-    if (map_ranks < 2) map_ranks = 2;
+    if (targets < 1) targets = 1;
+    if (map_ranks < 1 + targets) map_ranks = 1 + targets;
     rank = ptlrt_rank();
     CHECK(PtlInit());
     ptl_handle_ni_t ni;
@@ -55,17 +63,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     ptl_process_t *map = calloc((size_t)map_ranks, sizeof *map);
-    const long first_live = at_last ? map_ranks - 2 : 0;
+    const long first_live = at_last ? map_ranks - 1 - targets : 0;
     for (long r = 0; r < map_ranks; ++r) {
         /* Absent ranks: a nid no host has here, distinct pids; never addressed. */
         map[r].phys.nid = live[0].phys.nid ^ 0x80000000u;
         map[r].phys.pid = (ptl_pid_t)r;
     }
     map[first_live] = live[0];
-    map[first_live + 1] = live[1];
+    for (long k = 1; k <= targets; ++k) map[first_live + k] = live[1];
     CHECK(PtlSetMap(ni, (ptl_size_t)map_ranks, map));
     free(map);
     ptl_process_t peer = {.rank = (ptl_rank_t)(first_live + 1 - rank)};
+    long next_target = 0;
 
     char rbuf[64], sbuf[64];
     memset(sbuf, rank + 1, sizeof sbuf);
@@ -94,6 +103,8 @@ int main(int argc, char **argv) {
     double start = now_us();
     if (rank == 0) {
         for (long i = 0; i < msgs; ++i) {
+            peer.rank = (ptl_rank_t)(first_live + 1 + next_target);
+            next_target = next_target + 1 == targets ? 0 : next_target + 1;
             CHECK(PtlPut(mdh, 0, 8, PTL_NO_ACK_REQ, peer, pt, 0, 0, NULL, 0));
             ++tx;
             if (i % 1024 == 1023) ct_wait(tx_ct, tx - 512);
@@ -107,8 +118,8 @@ int main(int argc, char **argv) {
     double us = now_us() - start;
     ct_wait(tx_ct, tx);
     if (rank == 0)
-        printf("map_ranks %ld live_at %s msg_rate_8B_Mmsgs %.3f\n", map_ranks, at_last ? "last" : "first",
-               msgs / us);
+        printf("map_ranks %ld live_at %s targets %ld msg_rate_8B_Mmsgs %.3f\n", map_ranks,
+               at_last ? "last" : "first", targets, msgs / us);
 
     ptlrt_barrier();
     CHECK(PtlMDRelease(mdh));

@@ -487,6 +487,45 @@ TEST_F(Job, NoAckPutsAcrossChangingMdsAndTargetsCarryTheirOwnBytes) {
     EXPECT_EQ(PtlCTFree(rct), PTL_OK);
 }
 
+// F08 ("later calls overwrite the map"): the common put keeps what it found per target; a put
+// to the same rank after PtlSetMap gave that rank to another process reaches the new one.
+// Each rank puts to rank me+1, rotates its map by one and puts to rank me+1 again, which is
+// now process me+2 (ourselves with two ranks: the loopback path).
+TEST_F(Job, NoAckPutFollowsTheRankToItsNewProcessAfterSetMap_F08) {
+    const int n = nranks(), me_rank = rank();
+    std::vector<ptl_process_t> map(size_t(n) + 1);
+    ptl_size_t actual = 0;
+    ASSERT_EQ(PtlGetMap(ni_, ptl_size_t(n), map.data(), &actual), PTL_OK);
+    ASSERT_EQ(actual, ptl_size_t(n));
+    uint64_t landed[2] = {0, 0};
+    ptl_handle_ct_t rct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rct), PTL_OK);
+    for (int round = 0; round < 2; ++round) {
+        ptl_me_t me = me_from(-1, &landed[round], 8,
+                              PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE |
+                                  PTL_ME_EVENT_CT_COMM | PTL_ME_USE_ONCE,
+                              ptl_match_bits_t(600 + round), 0, rct);
+        ptl_handle_me_t h;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    uint64_t v[2] = {uint64_t(1000 + me_rank), uint64_t(2000 + me_rank)};
+    const ptl_handle_md_t md = bind(v, sizeof v, PTL_MD_EVENT_SEND_DISABLE);
+    const int next = (me_rank + 1) % n;
+    ASSERT_EQ(PtlPut(md, 0, 8, PTL_NO_ACK_REQ, to(next), pt_, 600, 0, nullptr, 0), PTL_OK);
+    std::vector<ptl_process_t> rotated(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) rotated[size_t(r)] = map[size_t((r + 1) % n)];
+    ASSERT_EQ(PtlSetMap(ni_, ptl_size_t(n), rotated.data()), PTL_OK);
+    ASSERT_EQ(PtlPut(md, 8, 8, PTL_NO_ACK_REQ, to(next), pt_, 601, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(ct_wait(rct, 2, 20000).failure, 0u);
+    EXPECT_EQ(landed[0], uint64_t(1000 + (me_rank + n - 1) % n));
+    EXPECT_EQ(landed[1], uint64_t(2000 + (me_rank + n - 2) % n));
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlSetMap(ni_, ptl_size_t(n), map.data()), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+    EXPECT_EQ(PtlCTFree(rct), PTL_OK);
+}
+
 // Rank 0 polls its EQ with PtlXProgressEQ, the UCT face's poll, while every other rank
 // sends it bursts of puts: idle polls skip the engine lock (they look at the shm ring and the
 // event count only) and the progress thread delivers beside them. Every message arrives, in

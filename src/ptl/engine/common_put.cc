@@ -3,7 +3,8 @@
 // direct path. Everything here is what send_op and the checks before it do for such a put,
 // without their generality (no iovec lists, no pending-operation record, no rendezvous choice,
 // the header written once, in the ring): what the checks find about the MD and the target is
-// kept (PutRoute) and reused while the next put goes from the same MD to the same target.
+// kept per MD (PutRoute) and per target (PutTarget) and reused while puts go from the same MD
+// to targets it has seen.
 // Anything else (an argument error included, to report it the usual way) is not common and
 // takes the general path.
 #include <cstring>
@@ -26,33 +27,34 @@ static_assert(sizeof(ptl_process_t) == sizeof(uint64_t));
 
 int Engine::common_put(const DataOpArgs &a) {
     if (a.ack_req != PTL_NO_ACK_REQ || trace_) return kNotCommon;
+    if ((!route_.md || a.md != route_.md_handle) && !set_put_route(a)) return kNotCommon;
     const PutRoute &r = route_;
-    uint64_t target, route_target;
-    std::memcpy(&target, &a.target, sizeof target);
-    std::memcpy(&route_target, &r.target, sizeof route_target);
-    const bool same_target = r.logical ? a.target.rank == r.target.rank : target == route_target;
-    if ((!r.md || a.md != r.md_handle || !same_target) && !set_put_route(a)) return kNotCommon;
+    PutTarget *t = r.to;  // of the route's NI: a new MD's route starts without one
+    if (const uint64_t key = put_target_key(r.logical, a.target); !t || t->key != key) [[unlikely]] {
+        t = set_put_target(*r.md->ni, a.target, key);
+        if (!t) return kNotCommon;
+    }
     // B9: inside the MD; small enough to travel inline.
     if (a.pt_index >= r.pt_count || a.local_offset > r.md_length || a.length > r.md_length - a.local_offset ||
         a.length > r.max_length)
         return kNotCommon;
     // The direct path's turn when the peer exports the entry this put would reach.
-    direct::PeerTable *table = r.table;
-    if (!table && r.table_may_appear) [[unlikely]]
-        table = route_.table = peer_table(r.peer->id);
+    direct::PeerTable *table = t->table;
+    if (!table && t->table_may_appear) [[unlikely]]
+        table = t->table = peer_table(t->peer->id);
     if (const uint64_t version = table ? table->version() : 0;
-        table && !(version == r.unexported_version && a.pt_index == r.unexported_pt &&
-                   a.match_bits == r.unexported_bits)) {
+        table && !(version == t->unexported_version && a.pt_index == t->unexported_pt &&
+                   a.match_bits == t->unexported_bits)) {
         if (table->find(r.header.ni_index, uint16_t(a.pt_index), a.match_bits, r.matching).slot >= 0)
             return kNotCommon;
-        route_.unexported_version = version;  // read first: a later change is seen next time
-        route_.unexported_pt = a.pt_index;
-        route_.unexported_bits = a.match_bits;
+        t->unexported_version = version;  // read first: a later change is seen next time
+        t->unexported_pt = a.pt_index;
+        t->unexported_bits = a.match_bits;
     }
 
     const bool sent =
-        shm_->send_now(r.peer, sizeof(proto::Header), reinterpret_cast<const char *>(r.base + a.local_offset),
-                       a.length, [&](void *at) {
+        shm_->send_now(t->peer, sizeof(proto::Header),
+                       reinterpret_cast<const char *>(r.base + a.local_offset), a.length, [&](void *at) {
                            auto *h = static_cast<proto::Header *>(at);
                            *h = r.header;
                            h->pt_index = a.pt_index;
@@ -73,22 +75,15 @@ int Engine::common_put(const DataOpArgs &a) {
     return PTL_OK;
 }
 
-// The checks of a put that depend only on its MD and target, and the header all such puts
-// share. Out of line: once per change of MD or target.
+// The checks of a put that depend only on its MD, and the header all such puts share. Out of
+// line: once per change of MD.
 bool Engine::set_put_route(const DataOpArgs &a) {
     route_.md = nullptr;
     Md *md = md_of(a.md);
     if (!md) return false;
     Ni *n = md->ni;
     // Contiguous: its start may be 0 (an MD over all memory, whose offsets are addresses).
-    const uintptr_t base = reinterpret_cast<uintptr_t>(md->region.start);
-    PeerId peer;
-    if (md->region.iov || (n->logical() && !n->map_set) || !n->resolve(a.target, &peer) ||
-        peer.nid != self_.nid || wire_for(peer) != shm_.get())
-        return false;
-    shm::Peer *p = shm_->peer(peer);
-    const size_t ring_room = shm_->max_inline(peer);
-    if (!p || ring_room <= sizeof(proto::Header)) return false;
+    if (md->region.iov || (n->logical() && !n->map_set)) return false;
 
     PutRoute &r = route_;
     r.md_handle = a.md;
@@ -98,16 +93,12 @@ bool Engine::set_put_route(const DataOpArgs &a) {
     r.send_event = !(o & (PTL_MD_EVENT_SEND_DISABLE | PTL_MD_EVENT_SUCCESS_DISABLE));
     r.count_send = o & PTL_MD_EVENT_CT_SEND;
     r.count_bytes = o & PTL_MD_EVENT_CT_BYTES;
-    r.target = a.target;
-    r.base = base;
+    r.base = reinterpret_cast<uintptr_t>(md->region.start);
     r.md_length = md->region.length;
-    r.max_length =
-        std::min<uint64_t>({cfg_.rndv_threshold, n->limits.max_msg_size, ring_room - sizeof(proto::Header)});
+    r.md_max_length = std::min<uint64_t>(cfg_.rndv_threshold, n->limits.max_msg_size);
+    r.max_length = 0;
     r.pt_count = uint32_t(n->pts.size());
-    r.peer = p;
-    r.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
-    r.unexported_version = ~0ull;
-    r.table_may_appear = !r.table && exports_;
+    r.to = nullptr;  // found again: its NI may differ
 
     proto::Header &h = r.header;
     h.op = proto::kPut;
@@ -118,6 +109,37 @@ bool Engine::set_put_route(const DataOpArgs &a) {
     h.src_rank = n->logical() ? n->self_rank : PTL_RANK_ANY;
     r.md = md;
     return true;
+}
+
+// The checks of a put that depend only on its target. Out of line: once per target, and
+// again when another target took its slot.
+Engine::PutTarget *Engine::set_put_target(const Ni &n, const ptl_process_t &target, uint64_t key) {
+    route_.to = nullptr;
+    const uint64_t mixed = (key ^ (key >> 32)) * 0x9e3779b97f4a7c15ull;
+    PutTarget &t = put_targets_[(mixed >> 32) % kPutTargets];
+    if (t.key != key || t.ni_index != int(n.index)) {
+        PeerId peer;
+        if (!n.resolve(target, &peer)) return nullptr;
+        t = PutTarget();
+        t.key = key;
+        t.ni_index = int(n.index);
+        // Another host's process, or ourselves: kept, so its puts go their way at once.
+        if (peer.nid != self_.nid || wire_for(peer) != shm_.get()) return nullptr;
+        shm::Peer *p = shm_->peer(peer);
+        const size_t ring_room = shm_->max_inline(peer);
+        if (!p || ring_room <= sizeof(proto::Header)) {  // looked at again: it may not be up yet
+            t.ni_index = -1;
+            return nullptr;
+        }
+        t.peer = p;
+        t.ring_room = ring_room - sizeof(proto::Header);
+        t.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
+        t.table_may_appear = !t.table && exports_;
+    }
+    if (!t.peer) return nullptr;
+    route_.to = &t;
+    route_.max_length = std::min(route_.md_max_length, t.ring_room);
+    return &t;
 }
 
 }  // namespace ptl

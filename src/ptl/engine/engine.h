@@ -9,8 +9,10 @@
 #include <portals4_ext.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -262,8 +264,26 @@ private:
     // not such a put, nothing done.
     static constexpr int kNotCommon = -2;
     [[gnu::always_inline]] inline int common_put(const DataOpArgs &a);
-    // What the common put's checks found for the last MD and target it sent from and to: true
-    // until the MD is released, the map set or the NI closed (forget_put_route then).
+    // What the common put's checks found about a target on this host, kept per target so that
+    // puts alternating between targets (a SHMEM or MPI rank's neighbours) find theirs: true
+    // until the map is set, the NI closed or the wires closed (forget_put_targets). A few
+    // slots, direct-mapped by rank or process: only processes on this host take the common
+    // path, and most talk to a few at a time.
+    struct PutTarget {
+        uint64_t key = 0;   // the target's rank (logical NI) or ptl_process_t bits (physical)
+        int ni_index = -1;  // -1: empty
+        shm::Peer *peer = nullptr;
+        direct::PeerTable *table = nullptr;
+        bool table_may_appear = false;  // no export table of the peer's yet: look again
+        uint64_t ring_room = 0;         // the largest payload its ring takes inline
+        // The last portal index and match bits the table had no entry for, at its version.
+        uint64_t unexported_version = ~0ull;
+        uint64_t unexported_bits = 0;
+        uint32_t unexported_pt = 0;
+    };
+    static constexpr unsigned kPutTargets = 64;
+    // What the common put's checks found for the last MD it sent from and the target it sent
+    // to: true until the MD is released (forget_put_route) or the targets are forgotten.
     struct PutRoute {
         Md *md = nullptr;  // null: no route
         ptl_handle_md_t md_handle = PTL_INVALID_HANDLE;
@@ -272,22 +292,27 @@ private:
         bool send_event = false;  // a SEND event, when the MD has an EQ
         bool count_send = false;  // else a SEND count, when it has a CT
         bool count_bytes = false;
-        bool table_may_appear = false;  // no export table of the peer's yet: look again
-        ptl_process_t target{};
         uintptr_t base = 0;  // the MD's memory, contiguous (0 for an MD over all memory)
         uint64_t md_length = 0;
-        uint64_t max_length = 0;  // inline: the rendezvous threshold, max_msg_size, ring room
+        uint64_t md_max_length = 0;  // the rendezvous threshold and max_msg_size
+        uint64_t max_length = 0;     // and the target's ring room: what travels inline
         uint32_t pt_count = 0;
-        shm::Peer *peer = nullptr;
-        direct::PeerTable *table = nullptr;
-        // The last portal index and match bits the table had no entry for, at its version.
-        uint64_t unexported_version = ~0ull;
-        uint64_t unexported_bits = 0;
-        uint32_t unexported_pt = 0;
-        proto::Header header{};  // all but pt_index, match_bits, hdr_data, remote_offset, length
+        PutTarget *to = nullptr;  // the target, when it is one the common put reaches
+        proto::Header header{};   // all but pt_index, match_bits, hdr_data, remote_offset, length
     };
     bool set_put_route(const DataOpArgs &a);
+    // The target's slot, filled on a miss; null if the common put cannot reach it.
+    PutTarget *set_put_target(const Ni &n, const ptl_process_t &target, uint64_t key);
+    static uint64_t put_target_key(bool logical, const ptl_process_t &t) {
+        uint64_t bits;
+        std::memcpy(&bits, &t, sizeof bits);
+        return logical ? uint64_t(t.rank) : bits;
+    }
     void forget_put_route() { route_ = PutRoute(); }
+    void forget_put_targets() {
+        forget_put_route();
+        put_targets_.fill(PutTarget());
+    }
     // A fired trigger's operation: checked, then direct or sent.
     int start_op(TrigKind kind, const DataOpArgs &a);
     // The message path: the request to the target's engine.
@@ -452,6 +477,7 @@ private:
     PeerId last_table_peer_{};
     direct::PeerTable *last_table_ = nullptr;
     PutRoute route_;
+    std::array<PutTarget, kPutTargets> put_targets_{};
     bool holding_published_ = false;
     // The direct path over RDMA: the wire, our exports by slot and who holds them (owner
     // side), what peers exported to us and our operations in flight (initiator side).

@@ -129,7 +129,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     revoke_exports(n, 0, true);
     n->cts.for_each([this](Ct &c) { release_remote_counter(&c); });
     nis_[n->index] = nullptr;
-    if (route_.md && route_.md->ni == n) forget_put_route();
+    forget_put_targets();  // a later NI of this index may map ranks differently
     std::erase_if(changed_cts_, [n](Ct *c) { return c->ni == n; });
     delete n;
     bool none = std::all_of(std::begin(nis_), std::end(nis_), [](Ni *x) { return !x; });
@@ -182,7 +182,7 @@ int Engine::set_map(ptl_handle_ni_t h, ptl_size_t size, const ptl_process_t *map
     n->map.assign(mapping, mapping + size);
     n->map_set = true;
     n->self_rank = n->rank_of(self_);
-    forget_put_route();
+    forget_put_targets();
     return PTL_OK;
 }
 

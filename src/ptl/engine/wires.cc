@@ -160,7 +160,7 @@ void Engine::close_physical() {
     loop_.reset();
     peer_tables_.clear();  // they point into peers' segments, which shm_ maps
     last_table_ = nullptr;
-    forget_put_route();
+    forget_put_targets();
     exports_ = nullptr;
     holding_published_ = false;
     close_remote();
