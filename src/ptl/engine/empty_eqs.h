@@ -1,5 +1,5 @@
 // EQs that locked polls found empty, each with the engine's event_seq_ of that moment (every
-// event, CT change, EQ free and NI fini moves it): while the number has not moved, such an
+// event, EQ free and NI fini moves it): while the number has not moved, such an
 // EQ is still empty, and a poll of it may answer without the engine lock. Written under the
 // lock, read without it. Shared by all threads, since an EQ's emptiness is not a thread's
 // view (it was thread_local: libportals4 is dlopened by UCX, so each access cost a

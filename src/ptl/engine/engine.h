@@ -228,7 +228,11 @@ private:
         if (!ct->triggered.empty() &&
             std::find(changed_cts_.begin(), changed_cts_.end(), ct) == changed_cts_.end())
             changed_cts_.push_back(ct);
-        notify_waiters();
+        // Under the engine lock, as every waiter arms (wait_until): one that is not armed yet
+        // will look at the count, so only an armed sleeper needs the number moved. (EQ events
+        // move it always: polls read it without the lock, empty_eqs.h.)
+        if (sleepers_armed_.load(std::memory_order_relaxed)) [[unlikely]]
+            notify_waiters();
     }
     // Fires what the changed CTs reached; inline because nearly every call finds none.
     void run_triggers() {
