@@ -453,7 +453,10 @@ void Engine::on_request(Ni *n, const InMessage &m, const proto::Header &h) {
         return true;
     };
     ptl_list_t list = PTL_PRIORITY_LIST;
-    Entry *e = pt.lists[PTL_PRIORITY_LIST].find(h.match_bits, fits);
+    // A portal with nothing posted (the UCT face's active messages, a receiver all of whose
+    // receives are taken) goes straight to its overflow list.
+    Entry *e =
+        pt.lists[PTL_PRIORITY_LIST].size ? pt.lists[PTL_PRIORITY_LIST].find(h.match_bits, fits) : nullptr;
     if (!e) {
         list = PTL_OVERFLOW_LIST;
         e = pt.lists[PTL_OVERFLOW_LIST].find(h.match_bits, fits);
