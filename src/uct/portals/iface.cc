@@ -174,7 +174,8 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
         for (unsigned i = tx_descs; i-- > 0;) f->tx_free.push_back(int(i));
         // Zero bytes from anywhere: the send-buffer pool is a valid address in the MD.
         f->windows.setup({f->md, reinterpret_cast<uintptr_t>(f->tx_buf), f->ctl_pt,
-                          std::max(cfg->grant_batch, 1u), ucs_time_from_usec(Iface::kIdleGrantDelayUs)});
+                          std::max(cfg->grant_batch, 1u),
+                          ucs_time_from_usec(PeerWindows::kIdleGrantDelayUs)});
         rc = append_ctl_mes(*f);
     }
     if (rc == PTL_OK) {

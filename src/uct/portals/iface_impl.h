@@ -221,8 +221,6 @@ struct Iface {
     void watch_flush(Ep *ep);      // its flush waits for messages to arrive
     void check_flushing(Peer &p);  // some of its messages are known to have arrived
     void on_grant_event(const ptl_event_t &ev);
-    // Grants wait this long for a progress call that finds nothing to do (PeerWindows).
-    static constexpr double kIdleGrantDelayUs = 20;
     // The clock of progress's own timers (idle grants, peer checks): read after a poll that
     // did work and every kPollsPerClockRead idle polls, not on every poll. rdtsc costs ~12 ns
     // on this kind of VM: a sixth of a busy sender's time went to it (perf, UCT am_bw).

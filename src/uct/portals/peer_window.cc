@@ -61,8 +61,8 @@ void PeerWindows::send_owed_grants(ucs_time_t now, bool all) {
 
 // The engine executes a peer's operations in order, so the acknowledgement of a zero-byte
 // put issued after the messages says they all arrived.
-bool PeerWindows::ensure_probe(Peer &p) {
-    if (p.probe_in_flight) return true;
+void PeerWindows::ensure_probe(Peer &p) {
+    if (p.probe_in_flight) return;
     p.probe_op = Op{};
     p.probe_op.type = OpType::Probe;
     p.probe_op.window = &p;
@@ -71,11 +71,10 @@ bool PeerWindows::ensure_probe(Peer &p) {
     if (rc != PTL_OK) {
         ucs_debug("portals: flush probe to nid 0x%x pid %u not sent: %d", p.proc.phys.nid, p.proc.phys.pid,
                   rc);
-        return false;
+        return;
     }
     p.probe_in_flight = true;
     p.probe_covers = p.sent;
-    return true;
 }
 
 void PeerWindows::probe_answered(Peer &p, bool arrived) {

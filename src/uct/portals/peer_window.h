@@ -80,6 +80,8 @@ public:
         ucs_time_t idle_grant_delay = 0;          // how long an idle receiver lets grants wait
     };
     void setup(const Setup &s) { setup_ = s; }
+    // The idle_grant_delay the iface sets up.
+    static constexpr double kIdleGrantDelayUs = 20;
 
     Peer &peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
         if (last_ && last_->proc.phys.nid == proc.phys.nid && last_->proc.phys.pid == proc.phys.pid &&
@@ -97,9 +99,9 @@ public:
     // More than is held comes only from a peer that granted an earlier iface on our portal
     // index: nothing of ours is behind it.
     uint32_t release(Peer &p, uint32_t count, std::vector<int> &freed);
-    // A probe behind everything sent to `p` so far, unless one is on its way; false if it
-    // could not be sent (the grants alone then tell what arrived).
-    bool ensure_probe(Peer &p);
+    // A probe behind everything sent to `p` so far, unless one is on its way (one that cannot
+    // be sent is not retried: the grants alone then tell what arrived).
+    void ensure_probe(Peer &p);
     // The probe's acknowledgement came back: what it covered arrived, unless it failed.
     void probe_answered(Peer &p, bool arrived);
 
