@@ -54,3 +54,8 @@ PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
     REQUIRE_INIT();
     return engine().peer_alive(ni, peer);
 }
+
+PTL_API int PtlXWireUsage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage) {
+    REQUIRE_INIT();
+    return engine().wire_usage(ni, usage);
+}

@@ -59,7 +59,14 @@ Config Config::from_env() {
     c.tcp_cork_us = std::clamp(env_long("PTL_TCP_CORK_US", c.tcp_cork_us), 0L, 1000L);
     if (const char *d = std::getenv("PTL_VERBS_DEVICE")) c.verbs_device = d;
     c.verbs_gid_index = int(env_long("PTL_VERBS_GID_INDEX", c.verbs_gid_index));
-    c.verbs_rx_depth = uint32_t(std::clamp(env_long("PTL_VERBS_RX_DEPTH", c.verbs_rx_depth), 8L, 4096L));
+    c.verbs_srq_depth =
+        uint32_t(std::clamp(env_long("PTL_VERBS_SRQ_DEPTH", c.verbs_srq_depth), 16L, 1L << 16));
+    c.verbs_tx_bufs = uint32_t(std::clamp(env_long("PTL_VERBS_TX_BUFS", c.verbs_tx_bufs), 8L, 1L << 16));
+    c.verbs_credits = uint32_t(std::clamp(env_long("PTL_VERBS_CREDITS", c.verbs_credits), 2L, 1024L));
+    c.verbs_send_queue =
+        uint32_t(std::clamp(env_long("PTL_VERBS_SEND_QUEUE", c.verbs_send_queue), 64L, 1L << 16));
+    c.verbs_bulk_timeout_ms =
+        std::clamp(env_long("PTL_VERBS_BULK_TIMEOUT_MS", c.verbs_bulk_timeout_ms), 10L, 3600L * 1000);
     c.verbs_ack_timeout = int(std::clamp(env_long("PTL_VERBS_ACK_TIMEOUT", c.verbs_ack_timeout), 1L, 31L));
     c.verbs_buf_size = uint32_t(std::clamp(env_long("PTL_VERBS_BUF_SIZE", c.verbs_buf_size), 256L, 1L << 20));
     c.verbs_reg_cache = env_bool("PTL_VERBS_REG_CACHE", c.verbs_reg_cache);

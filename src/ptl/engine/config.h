@@ -35,7 +35,11 @@ struct Config {
     long tcp_cork_us = 8;            // PTL_TCP_CORK_US: tcp_wire.h's TcpConfig::cork_ns (0: off)
     std::string verbs_device;        // PTL_VERBS_DEVICE: name[:port]
     int verbs_gid_index = -1;        // PTL_VERBS_GID_INDEX
-    uint32_t verbs_rx_depth = 64;    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer
+    uint32_t verbs_srq_depth = 2048;     // PTL_VERBS_SRQ_DEPTH: receive buffers shared by all peers
+    uint32_t verbs_tx_bufs = 256;        // PTL_VERBS_TX_BUFS: send buffers shared by all peers
+    uint32_t verbs_credits = 32;         // PTL_VERBS_CREDITS: a peer's unhandled messages at most
+    uint32_t verbs_send_queue = 4096;    // PTL_VERBS_SEND_QUEUE: sends in flight, all peers together
+    long verbs_bulk_timeout_ms = 10000;  // PTL_VERBS_BULK_TIMEOUT_MS: deadline of one RDMA transfer
     uint32_t verbs_buf_size = 8192;  // PTL_VERBS_BUF_SIZE
     int verbs_ack_timeout = 18;      // PTL_VERBS_ACK_TIMEOUT: 4.096 us << 18 = 1.07 s, 7 retries
     bool verbs_reg_cache = true;                      // PTL_VERBS_REG_CACHE

@@ -43,6 +43,7 @@ bool is_direct_control(const InMessage &m) {
 void Engine::open_remote() {
 #ifdef PTL_HAVE_VERBS
     rdma_ = cfg_.direct && verbs_ ? verbs_.get() : nullptr;
+    if (verbs_) verbs_->set_peer_connected([this](PeerId p) { on_rdma_peer(p); });
 #endif
     if (!rdma_) return;
     rdma_->set_remote_done(
@@ -55,7 +56,20 @@ void Engine::open_remote() {
             nic_counts_.reset();
         nic_owner_.assign(direct::kCounters, nullptr);
     }
-    rdma_->set_peer_connected([this](PeerId p) { add_holder(p); });
+}
+
+// A peer whose RDMA connection came up: it may reach our memory now.
+void Engine::on_rdma_peer(PeerId p) {
+    if (rdma_) add_holder(p);
+#ifdef PTL_HAVE_VERBS
+    if (trace_ && verbs_) {
+        const verbs::VerbsUsage u = verbs_->usage();
+        PTL_TRACE_NOTABLE(trace_.get(),
+                          "0x%x:%u connected over RDMA: %llu peers, %llu bytes pinned, %llu registered",
+                          p.nid, p.pid, (unsigned long long)u.peers, (unsigned long long)u.pinned_bytes,
+                          (unsigned long long)u.registered_bytes);
+    }
+#endif
 }
 
 // A peer that connected to us may reach our memory: it hears of every export from now on.
@@ -98,10 +112,10 @@ void Engine::close_remote() {
     last_remote_ = nullptr;
     remote_ops_.clear();
     free_remote_ops_.clear();
-    if (rdma_) {
-        rdma_->set_remote_done(nullptr);
-        rdma_->set_peer_connected(nullptr);
-    }
+    if (rdma_) rdma_->set_remote_done(nullptr);
+#ifdef PTL_HAVE_VERBS
+    if (verbs_) verbs_->set_peer_connected(nullptr);
+#endif
     rdma_ = nullptr;
 }
 

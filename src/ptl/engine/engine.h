@@ -137,6 +137,7 @@ public:
     int nid_reachable(ptl_handle_ni_t, ptl_nid_t);
     int set_notify_drops(ptl_handle_ni_t ni, bool enable);
     int peer_alive(ptl_handle_ni_t ni, ptl_process_t peer);
+    int wire_usage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage);
 
     const Config &config() const { return cfg_; }
 
@@ -360,6 +361,7 @@ private:
     void open_remote();
     void close_remote();
     void export_remote(Ni *n, Pt &pt, Entry *e);
+    void on_rdma_peer(PeerId p);
     void add_holder(PeerId p);
     void send_export_info(PeerId to, uint32_t slot);
     // Returns once no holder can reach the entries' memory (or PTL_DIRECT_REVOKE_MS passed).

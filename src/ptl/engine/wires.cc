@@ -93,7 +93,11 @@ int Engine::open_physical(ptl_pid_t pid) {
         verbs::VerbsConfig vc;
         vc.device = cfg_.verbs_device;
         vc.gid_index = cfg_.verbs_gid_index;
-        vc.rx_depth = cfg_.verbs_rx_depth;
+        vc.srq_depth = cfg_.verbs_srq_depth;
+        vc.tx_bufs = cfg_.verbs_tx_bufs;
+        vc.credits = cfg_.verbs_credits;
+        vc.send_queue = cfg_.verbs_send_queue;
+        vc.bulk_timeout_ms = cfg_.verbs_bulk_timeout_ms;
         vc.buf_size = cfg_.verbs_buf_size;
         vc.ack_timeout = uint8_t(cfg_.verbs_ack_timeout);
         vc.reg_cache = cfg_.verbs_reg_cache;
@@ -213,6 +217,19 @@ int Engine::peer_alive(ptl_handle_ni_t h, ptl_process_t peer) {
     if (!ni_of(h)) return PTL_ARG_INVALID;
     progress_locked();  // a closed connection is news only once a wire reads it
     return !peer_gone({peer.phys.nid, peer.phys.pid});
+}
+
+int Engine::wire_usage(ptl_handle_ni_t h, ptlx_wire_usage_t *usage) {
+    Lock lk(mu_);
+    if (!ni_of(h) || !usage) return PTL_ARG_INVALID;
+    *usage = ptlx_wire_usage_t{};
+#ifdef PTL_HAVE_VERBS
+    if (verbs_) {
+        const verbs::VerbsUsage u = verbs_->usage();
+        *usage = ptlx_wire_usage_t{u.pinned_bytes, u.registered_bytes, u.peers};
+    }
+#endif
+    return PTL_OK;
 }
 
 void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &also_due) {

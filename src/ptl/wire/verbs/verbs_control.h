@@ -2,11 +2,15 @@
 // every process has and which reaches the peer's (nid, pid) with no directory service. Kept
 // free of <infiniband/verbs.h> so an engine built without verbs can still refuse politely.
 //
-// Connections carry one direction each: the sender's QP sends, the receiver's QP
-// receives and returns credits. CONNECT (sender -> receiver) describes the sender's QP;
-// the receiver connects a QP of its own to it, posts its receive buffers and answers ACCEPT
-// with its QP and buffer count, or REJECT (no verbs here, or a device the sender's cannot
-// reach), after which the sender uses tcp for that peer.
+// One connection per pair of processes carries both directions. CONNECT describes the
+// connecting side's QP, the credits it grants and its buffer size; the other side connects a
+// QP of its own to it and answers ACCEPT with the same, or REJECT (no verbs here, or a device
+// the connecting side's cannot reach), after which the connecting side uses tcp for that peer.
+// Both may CONNECT at once: the CONNECT of the lower (nid, pid) is accepted, the other ignored
+// (the higher side answers with the QP it had made for its own attempt). `epoch` names the
+// attempt; a CONNECT with a new epoch from a connected peer replaces the connection. READY
+// (connecting side -> accepting side, after ACCEPT) says the connecting side's QP receives now:
+// the accepting side sends nothing before it, or before the first message on the QP.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +20,7 @@
 
 namespace ptl::verbs {
 
-enum class ControlKind : uint8_t { Connect = 1, Accept = 2, Reject = 3 };
+enum class ControlKind : uint8_t { Connect = 1, Accept = 2, Reject = 3, Ready = 4 };
 
 struct ControlMsg {
     uint32_t magic;
@@ -28,14 +32,14 @@ struct ControlMsg {
     uint32_t psn;
     uint16_t lid;  // InfiniBand
     uint16_t reserved2;
-    uint32_t rx_depth;  // Accept: receive buffers posted for the sender (its credits)
-    uint32_t buf_size;  // Accept: bytes in each of them
-    uint32_t epoch;     // Connect: tells a reconnection from a duplicate
+    uint32_t credits;   // messages of the peer's the sender of this takes at once
+    uint32_t buf_size;  // bytes in each of its receive buffers
+    uint32_t epoch;     // the attempt (Accept and Reject echo it)
     uint8_t gid[16];    // RoCE: the address the QP is reached at
 };
 static_assert(sizeof(ControlMsg) == 48);
 
-inline constexpr uint32_t kControlMagic = 0x50564231;  // "PVB1"
+inline constexpr uint32_t kControlMagic = 0x50564232;  // "PVB2": one QP per pair
 
 // A tcp message is ours when its header is a ControlMsg (engine headers are 72 bytes).
 inline bool is_control(const InMessage &m) {

@@ -108,15 +108,16 @@ Device::~Device() {
     if (ctx_) ibv_close_device(ctx_);
 }
 
-ibv_qp *Device::create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std::string *err) {
+ibv_qp *Device::create_qp(const QpQueues &q, std::string *err) {
     ibv_qp_init_attr ia{};
-    ia.send_cq = cq;
-    ia.recv_cq = cq;
+    ia.send_cq = q.send_cq;
+    ia.recv_cq = q.recv_cq;
+    ia.srq = q.srq;
     ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = max_send;
-    ia.cap.max_recv_wr = max_recv;
-    ia.cap.max_send_sge = 2;
-    ia.cap.max_recv_sge = 1;
+    ia.cap.max_send_wr = q.max_send;
+    ia.cap.max_recv_wr = q.srq ? 0 : q.max_recv;
+    ia.cap.max_send_sge = kMaxSendSge;
+    ia.cap.max_recv_sge = q.srq ? 0 : 1;
     ia.cap.max_inline_data = 128;
     ibv_qp *qp = ibv_create_qp(pd_, &ia);
     if (!qp) {
@@ -127,6 +128,7 @@ ibv_qp *Device::create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std:
         *err = errno_text("ibv_create_qp");
         return nullptr;
     }
+    send_wqe_bytes_ = wqe_bytes(ia.cap.max_send_sge, ia.cap.max_inline_data);
     max_inline_ = ia.cap.max_inline_data;
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_INIT;
@@ -140,6 +142,23 @@ ibv_qp *Device::create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std:
         return nullptr;
     }
     return qp;
+}
+
+// What a device keeps per send queue entry, for the pinned-memory report: a 64-byte control
+// and address part and room for the larger of the gather list and the inline data, in 64-byte
+// units (mlx5's layout; other devices are within a factor of two).
+size_t Device::wqe_bytes(uint32_t sges, uint32_t inline_data) {
+    const size_t room = std::max<size_t>(size_t(sges) * 16, inline_data);
+    return (64 + room + 63) / 64 * 64;
+}
+
+ibv_srq *Device::create_srq(uint32_t depth, std::string *err) {
+    ibv_srq_init_attr ia{};
+    ia.attr.max_wr = depth;
+    ia.attr.max_sge = 1;
+    ibv_srq *srq = ibv_create_srq(pd_, &ia);
+    if (!srq) *err = errno_text("ibv_create_srq");
+    return srq;
 }
 
 bool Device::connect_qp(ibv_qp *qp, uint32_t my_psn, const PortAddress &remote, uint32_t remote_qpn,

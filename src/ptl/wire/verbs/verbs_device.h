@@ -32,8 +32,20 @@ public:
     uint32_t max_inline_data() const { return max_inline_; }
     bool atomics() const { return atomics_; }  // RDMA fetch-and-add and compare-and-swap
 
-    // A reliable-connected QP on `cq`, in INIT, with the given queue sizes.
-    ibv_qp *create_qp(ibv_cq *cq, uint32_t max_send, uint32_t max_recv, std::string *err);
+    // Gather entries of one send: frame head, header, payload pieces.
+    static constexpr uint32_t kMaxSendSge = 4;
+    struct QpQueues {
+        ibv_cq *send_cq = nullptr, *recv_cq = nullptr;
+        ibv_srq *srq = nullptr;  // receives come from it; else max_recv of the QP's own
+        uint32_t max_send = 0, max_recv = 0;
+    };
+    // A reliable-connected QP, in INIT.
+    ibv_qp *create_qp(const QpQueues &q, std::string *err);
+    // A shared receive queue of `depth` single-buffer receives.
+    ibv_srq *create_srq(uint32_t depth, std::string *err);
+    // Bytes of device memory per send queue entry of the QPs made so far (an estimate).
+    size_t send_wqe_bytes() const { return send_wqe_bytes_; }
+    static size_t wqe_bytes(uint32_t sges, uint32_t inline_data);
     // INIT -> RTR -> RTS towards the remote QP at `remote`; `timeout` is the local ACK
     // timeout exponent (4.096 us << timeout), retried 7 times before the QP fails.
     bool connect_qp(ibv_qp *qp, uint32_t my_psn, const PortAddress &remote, uint32_t remote_qpn,
@@ -47,6 +59,7 @@ private:
     uint8_t port_ = 1;
     int gid_index_ = 0;
     uint32_t max_inline_ = 0;
+    size_t send_wqe_bytes_ = 128;
     uint8_t max_rd_atom_ = 1;       // RDMA reads a QP answers at once
     uint8_t max_init_rd_atom_ = 1;  // RDMA reads a QP has outstanding
     bool atomics_ = false;

@@ -15,9 +15,14 @@ struct RegCache::Region {
     bool dead = false;  // dropped from the cache while held: deregistered at its last release
     uint32_t users = 0;
     std::list<Region *>::iterator lru;  // in unused_ while cached, alive and not held
+    size_t *registered = nullptr;       // the cache's count of registered bytes
     size_t bytes() const { return end - start; }
+    Region(uintptr_t s, uintptr_t e, ibv_mr *m, size_t *count) : start(s), end(e), mr(m), registered(count) {
+        *registered += bytes();
+    }
     ~Region() {
-        if (mr) ibv_dereg_mr(mr);
+        *registered -= bytes();
+        ibv_dereg_mr(mr);
     }
 };
 
@@ -87,10 +92,7 @@ RegCache::Region *RegCache::register_uncached(uintptr_t start, uintptr_t end, bo
     ibv_mr *mr =
         ibv_reg_mr(pd_, reinterpret_cast<void *>(start), end - start, writable ? kWritable : kReadOnly);
     if (!mr) return nullptr;
-    Region *r = new Region;
-    r->start = start;
-    r->end = end;
-    r->mr = mr;
+    Region *r = new Region(start, end, mr, &registered_bytes_);
     r->writable = writable;
     r->users = 1;
     return r;
@@ -126,10 +128,7 @@ RegCache::Region *RegCache::register_cached(uintptr_t start, uintptr_t end, bool
         watch_->unwatch(ustart, uend);
         return nullptr;
     }
-    Region *r = new Region;
-    r->start = ustart;
-    r->end = uend;
-    r->mr = mr;
+    Region *r = new Region(ustart, uend, mr, &registered_bytes_);
     r->writable = w;
     r->cached = true;
     r->users = 1;

@@ -42,6 +42,8 @@ public:
 
     bool caching() const { return watch_ != nullptr; }
     const RegCacheStats &stats() const { return stats_; }
+    // Bytes registered now: regions in use and those kept for reuse.
+    size_t registered_bytes() const { return registered_bytes_; }
 
 private:
     void apply_invalidations();
@@ -54,6 +56,7 @@ private:
     std::unique_ptr<UnmapWatch> watch_;
     size_t max_bytes_;
     size_t unused_bytes_ = 0;
+    size_t registered_bytes_ = 0;
     std::map<uintptr_t, Region *> by_start_;  // cached regions, by their first address
     std::list<Region *> unused_;              // cached regions nobody holds, oldest use first
     std::vector<UnmapWatch::Range> gone_;

@@ -26,34 +26,39 @@ struct FrameHead {
 };
 static_assert(sizeof(FrameHead) == 16);
 
-constexpr uint32_t kCreditRecvs = 16;  // on a sending QP, for the receiver's credit returns
-constexpr uint32_t kCreditSends = 8;   // on a receiving QP, outstanding credit returns
 constexpr uint32_t kMaxHeader = 4096;
 constexpr int kPollBatch = 32;
 
 constexpr uint32_t kBulkWindow = 16;     // RDMA reads/writes of one transfer in flight
 constexpr size_t kBulkChunk = 1u << 20;  // bytes per RDMA work request
-constexpr uint32_t kRemoteWindow = 32;   // one-sided operations in flight per connection
+constexpr uint32_t kRemoteWindow = 16;   // one-sided operations in flight per connection
 constexpr size_t kRemoteMax = 1u << 30;  // bytes of one one-sided operation
+constexpr uint32_t kSignalEvery = 16;    // a send in this many asks for a completion at least
 
-// A credit return's immediate: the count of buffers consumed, and whether the engine holds
-// messages back (then consumed is not handled).
+// A send's immediate data: the count of the peer's buffers we consumed, and whether our
+// engine holds messages back (then consumed is not handled).
 constexpr uint32_t kHoldingBit = 0x80000000u;
 constexpr uint32_t kConsumedMask = 0x7fffffffu;
 
-enum WrKind : uint64_t { kTxSend = 0, kCreditRecv = 1, kRx = 2, kCreditSend = 3, kBulk = 4, kRemote = 5 };
+enum WrKind : uint64_t { kSend = 0, kRx = 2, kBulk = 4, kRemote = 5 };
 
-uint64_t wr_id(WrKind k, uint32_t conn, uint32_t slot) {
-    return uint64_t(k) << 60 | uint64_t(conn & 0x0fffffff) << 32 | slot;
-}
-WrKind kind_of(uint64_t id) {
-    return WrKind(id >> 60);
+uint64_t wr_id(WrKind k, uint32_t conn, uint32_t seq) {
+    return uint64_t(k) << 60 | uint64_t(conn & 0x0fffffff) << 32 | seq;
 }
 uint32_t conn_of(uint64_t id) {
     return uint32_t(id >> 32) & 0x0fffffff;
 }
-uint32_t slot_of(uint64_t id) {
+uint32_t seq_of(uint64_t id) {
     return uint32_t(id);
+}
+
+bool lower(PeerId a, PeerId b) {
+    return a.nid != b.nid ? a.nid < b.nid : a.pid < b.pid;
+}
+
+void print_peer(const char *what, PeerId p, const std::string &why) {
+    std::fprintf(stderr, "portals: verbs connection %s %u.%u.%u.%u:%u: %s\n", what, p.nid >> 24,
+                 (p.nid >> 16) & 255, (p.nid >> 8) & 255, p.nid & 255, p.pid, why.c_str());
 }
 
 }  // namespace
@@ -69,14 +74,8 @@ struct VerbsWire::Export {
     }
 };
 
-VerbsWire::OutConn::~OutConn() {
+VerbsWire::Conn::~Conn() {
     if (qp) ibv_destroy_qp(qp);
-    if (tx_mr) ibv_dereg_mr(tx_mr);
-}
-
-VerbsWire::InConn::~InConn() {
-    if (qp) ibv_destroy_qp(qp);
-    if (rx_mr) ibv_dereg_mr(rx_mr);
 }
 
 std::unique_ptr<VerbsWire> VerbsWire::create(PeerId self, const VerbsConfig &cfg, Wire *control,
@@ -88,27 +87,40 @@ std::unique_ptr<VerbsWire> VerbsWire::create(PeerId self, const VerbsConfig &cfg
 }
 
 bool VerbsWire::init(std::string *err) {
-    if (cfg_.buf_size < 256) cfg_.buf_size = 256;
-    if (cfg_.rx_depth < 8) cfg_.rx_depth = 8;
-    tx_depth_ = std::min<uint32_t>(cfg_.rx_depth, 128);
+    cfg_.buf_size = std::max<uint32_t>(cfg_.buf_size, 256);
+    cfg_.srq_depth = std::max<uint32_t>(cfg_.srq_depth, 16);
+    cfg_.tx_bufs = std::max<uint32_t>(cfg_.tx_bufs, 8);
+    cfg_.credits = std::clamp<uint32_t>(cfg_.credits, 2, cfg_.srq_depth);
+    // A peer's sends in flight: its credits' worth of messages, one-sided operations, and a
+    // credit return or two.
+    sq_depth_ = cfg_.credits + kRemoteWindow + 4;
+    cfg_.send_queue = std::max(cfg_.send_queue, sq_depth_);
+    send_budget_ = cfg_.send_queue;
     dev_.reset(Device::open(cfg_.device, cfg_.gid_index, err));
     if (!dev_) return false;
-    channel_ = ibv_create_comp_channel(dev_->context());
-    if (!channel_) {
-        *err = std::string("ibv_create_comp_channel: ") + std::strerror(errno);
+    auto fail_with = [&](const char *what) {
+        *err = std::string(what) + ": " + std::strerror(errno);
         return false;
-    }
-    cq_size_ = 4096;
-    cq_ = ibv_create_cq(dev_->context(), int(cq_size_), nullptr, channel_, 0);
-    if (!cq_) {
-        *err = std::string("ibv_create_cq: ") + std::strerror(errno);
-        return false;
-    }
-    stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd_ < 0) {
-        *err = std::string("eventfd: ") + std::strerror(errno);
-        return false;
-    }
+    };
+    if (!(channel_ = ibv_create_comp_channel(dev_->context()))) return fail_with("ibv_create_comp_channel");
+    // Neither queue ever overflows: a receive completes once per buffer posted, and sends
+    // are posted only within send_budget_ (a QP in error completes every send it holds).
+    if (!(recv_cq_ = ibv_create_cq(dev_->context(), int(cfg_.srq_depth), nullptr, channel_, 0)))
+        return fail_with("ibv_create_cq");
+    if (!(send_cq_ = ibv_create_cq(dev_->context(), int(cfg_.send_queue), nullptr, channel_, 0)))
+        return fail_with("ibv_create_cq");
+    if (!(srq_ = dev_->create_srq(cfg_.srq_depth, err))) return false;
+    const size_t rx_bytes = size_t(cfg_.srq_depth) * cfg_.buf_size,
+                 tx_bytes = size_t(cfg_.tx_bufs) * cfg_.buf_size;
+    rx_mem_.reset(new char[rx_bytes]);
+    tx_mem_.reset(new char[tx_bytes]);
+    if (!(rx_mr_ = ibv_reg_mr(dev_->pd(), rx_mem_.get(), rx_bytes, IBV_ACCESS_LOCAL_WRITE)) ||
+        !(tx_mr_ = ibv_reg_mr(dev_->pd(), tx_mem_.get(), tx_bytes, IBV_ACCESS_LOCAL_WRITE)))
+        return fail_with("ibv_reg_mr (receive and send buffers; see PTL_VERBS_SRQ_DEPTH)");
+    for (uint32_t i = 0; i < cfg_.srq_depth; ++i) post_rx(i);
+    free_tx_.reserve(cfg_.tx_bufs);
+    for (uint32_t i = cfg_.tx_bufs; i > 0; --i) free_tx_.push_back(i - 1);
+    if ((stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return fail_with("eventfd");
     std::unique_ptr<UnmapWatch> unmap_watch;
     std::string why;
     if (cfg_.reg_cache && !(unmap_watch = UnmapWatch::open(&why)) && cfg_.stats)
@@ -133,14 +145,15 @@ VerbsWire::~VerbsWire() {
     if (watcher_.joinable()) watcher_.join();
     if (cfg_.stats && cache_) {
         const RegCacheStats &st = cache_->stats();
+        const VerbsUsage u = usage();
         std::fprintf(
             stderr,
-            "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; registration cache %s: %llu hits, "
-            "%llu misses, %llu uncached, %llu invalidated, %llu evicted\n",
+            "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; %llu bytes pinned for %llu peers; "
+            "registration cache %s: %llu hits, %llu misses, %llu uncached, %llu invalidated, %llu evicted\n",
             dev_->name().c_str(), (unsigned long long)rdma_ops_, (unsigned long long)rdma_bytes_,
-            cache_->caching() ? "on" : "off", (unsigned long long)st.hits, (unsigned long long)st.misses,
-            (unsigned long long)st.uncached, (unsigned long long)st.invalidated,
-            (unsigned long long)st.evicted);
+            (unsigned long long)u.pinned_bytes, (unsigned long long)u.peers, cache_->caching() ? "on" : "off",
+            (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.uncached,
+            (unsigned long long)st.invalidated, (unsigned long long)st.evicted);
     }
     for (Export *e : exports_) delete e;
     exports_.clear();
@@ -150,72 +163,281 @@ VerbsWire::~VerbsWire() {
     if (loop_qp_) ibv_destroy_qp(loop_qp_);
     if (loop_cq_) ibv_destroy_cq(loop_cq_);
     if (words_mr_) ibv_dereg_mr(words_mr_);
-    out_by_id_.clear();
-    in_by_id_.clear();
-    out_.clear();
-    in_.clear();
-    if (cq_) ibv_destroy_cq(cq_);
+    by_id_.clear();
+    by_qpn_.clear();
+    conns_.clear();
+    if (srq_) ibv_destroy_srq(srq_);
+    if (rx_mr_) ibv_dereg_mr(rx_mr_);
+    if (tx_mr_) ibv_dereg_mr(tx_mr_);
+    if (send_cq_) ibv_destroy_cq(send_cq_);
+    if (recv_cq_) ibv_destroy_cq(recv_cq_);
     if (channel_) ibv_destroy_comp_channel(channel_);
     if (stop_fd_ >= 0) close(stop_fd_);
 }
 
-bool VerbsWire::reserve_cq(uint32_t entries) {
-    if (cq_used_ + entries > cq_size_) {
-        uint32_t want = cq_size_;
-        while (cq_used_ + entries > want) want *= 2;
-        if (ibv_resize_cq(cq_, int(want)) != 0) return false;
-        cq_size_ = want;
-    }
-    cq_used_ += entries;
-    return true;
+// Completion queue entries are 64 bytes on the devices we know; receive queue entries a
+// 16-byte header and one gather entry.
+VerbsUsage VerbsWire::usage() const {
+    VerbsUsage u;
+    const uint64_t buffers = (uint64_t(cfg_.srq_depth) + cfg_.tx_bufs) * cfg_.buf_size + sizeof(Words);
+    const uint64_t queues = (uint64_t(cfg_.srq_depth) + cfg_.send_queue) * 64 + uint64_t(cfg_.srq_depth) * 32;
+    const uint64_t per_qp = uint64_t(sq_depth_) * dev_->send_wqe_bytes();
+    u.pinned_bytes = buffers + queues + per_qp * (conns_.size() + (loop_qp_ ? 1 : 0));
+    u.registered_bytes = (cache_ ? cache_->registered_bytes() : 0) + remote_registered_;
+    u.peers = ready_;
+    return u;
 }
 
-ControlMsg VerbsWire::describe(ControlKind kind, ibv_qp *qp, uint32_t psn) const {
-    ControlMsg c{};
-    c.magic = kControlMagic;
-    c.kind = uint8_t(kind);
+ControlMsg VerbsWire::describe(ControlKind kind, const Conn &c) const {
+    ControlMsg m{};
+    m.magic = kControlMagic;
+    m.kind = uint8_t(kind);
     const PortAddress &a = dev_->address();
-    c.link_layer = a.link_layer;
-    c.mtu = a.mtu;
-    c.lid = a.lid;
-    std::memcpy(c.gid, a.gid, 16);
-    c.qpn = qp ? qp->qp_num : 0;
-    c.psn = psn;
-    return c;
+    m.link_layer = a.link_layer;
+    m.mtu = a.mtu;
+    m.lid = a.lid;
+    std::memcpy(m.gid, a.gid, 16);
+    m.qpn = c.qp ? c.qp->qp_num : 0;
+    m.psn = c.psn;
+    m.credits = cfg_.credits;
+    m.buf_size = cfg_.buf_size;
+    m.epoch = c.epoch;
+    return m;
 }
 
 // ---------------------------------------------------------------------------------------
-// Sending side
+// Connections
 
-VerbsWire::OutConn *VerbsWire::out_conn(PeerId to) {
-    auto it = out_.find(to);
-    if (it != out_.end()) return it->second.get();
-    auto c = std::make_unique<OutConn>();
-    c->peer = to;
+VerbsWire::Conn *VerbsWire::new_conn(PeerId peer) {
+    auto c = std::make_unique<Conn>();
+    c->peer = peer;
     c->id = next_id_++;
     c->psn = (epoch_seed_ + c->id * 7919u) & 0xffffff;
-    c->epoch = epoch_seed_ ^ c->id;
+    c->epoch = epoch_seed_ ^ (c->id * 0x9e3779b9u);
     c->started_ns = monotonic_ns();
+    c->sq.resize(sq_depth_);
     std::string err;
-    if (!reserve_cq(tx_depth_ + kCreditRecvs + kRemoteWindow + 4)) {
-        c->state = State::OverControl;
-    } else if (!(c->qp = dev_->create_qp(cq_, tx_depth_ + kRemoteWindow + 4, kCreditRecvs, &err))) {
+    Device::QpQueues q;
+    q.send_cq = send_cq_;
+    q.recv_cq = recv_cq_;
+    q.srq = srq_;
+    q.max_send = sq_depth_;
+    if (!(c->qp = dev_->create_qp(q, &err))) {
+        print_peer("to", peer, err + "; using tcp");
         c->state = State::OverControl;
     } else {
-        for (uint32_t i = 0; i < kCreditRecvs; ++i) post_credit_rx(*c);
-        ControlMsg m = describe(ControlKind::Connect, c->qp, c->psn);
-        m.epoch = c->epoch;
-        if (control_->send(to, &m, sizeof m, nullptr, 0)) {
-            ++connecting_;
-        } else {
-            c->state = State::Failed;
-            dead_.insert(to);
+        by_qpn_[c->qp->qp_num] = c.get();
+    }
+    Conn *raw = c.get();
+    by_id_[raw->id] = raw;
+    conns_[peer] = std::move(c);
+    return raw;
+}
+
+// The connection a send to `to` takes, started if there is none.
+VerbsWire::Conn *VerbsWire::conn_to(PeerId to) {
+    auto it = conns_.find(to);
+    if (it != conns_.end()) return it->second.get();
+    Conn *c = new_conn(to);
+    if (c->state != State::Connecting) return c;
+    const ControlMsg m = describe(ControlKind::Connect, *c);
+    if (control_->send(to, &m, sizeof m, nullptr, 0)) {
+        ++connecting_;
+    } else {
+        c->state = State::Failed;
+        dead_.insert(to);
+    }
+    return c;
+}
+
+void VerbsWire::drop_conn(Conn &c) {
+    if (c.state == State::Connecting) --connecting_;
+    if (c.state == State::Ready || c.state == State::Accepted) --ready_;
+    std::erase(owing_, &c);
+    std::erase(corked_, &c);
+    std::erase(blocked_, &c);
+    // Its buffers go back to the pool: the QP is destroyed first, so the device is done with them.
+    std::vector<SqEntry> held(c.sq);
+    const uint32_t outstanding = c.sq_posted - c.sq_done;
+    if (c.qp) by_qpn_.erase(c.qp->qp_num);
+    by_id_.erase(c.id);
+    const PeerId peer = c.peer;
+    for (uint32_t s = c.sq_done; s != c.sq_posted; ++s) {
+        const SqEntry &e = held[s % sq_depth_];
+        if (e.tx_buf >= 0) free_tx_.push_back(uint32_t(e.tx_buf));
+        if (e.remote >= 0) {
+            RemoteOp &op = remote_ops_[size_t(e.remote)];
+            if (op.region) cache_->release(op.region);
+            if (op.result >= 0) free_results_.push_back(uint32_t(op.result));
+            if (op.cookie != ~uint64_t(0)) remote_results_.push_back({op.cookie, false, 0});
+            op = RemoteOp{};
+            free_remote_ops_.push_back(uint32_t(e.remote));
         }
     }
-    OutConn *raw = c.get();
-    out_by_id_[raw->id] = raw;
-    out_[to] = std::move(c);
-    return raw;
+    send_budget_ += outstanding;
+    conns_.erase(peer);
+}
+
+// Both sides' QPs exist; ours goes to RTS towards the peer's. The side that accepted sends
+// nothing until it knows the other's QP is connected too (a packet for a QP not yet ready to
+// receive is dropped, and costs an ACK timeout): its first message on the QP, or READY over
+// the control wire, tells (promote).
+bool VerbsWire::make_ready(Conn &c, const ControlMsg &m, bool accepting, std::string *err) {
+    PortAddress remote;
+    remote.link_layer = m.link_layer;
+    remote.mtu = m.mtu;
+    remote.lid = m.lid;
+    std::memcpy(remote.gid, m.gid, 16);
+    if (!dev_->connect_qp(c.qp, c.psn, remote, m.qpn, m.psn, cfg_.ack_timeout, err)) return false;
+    c.buf_size = std::max<uint32_t>(256, m.buf_size);
+    c.credits = c.window = std::max<uint32_t>(1, m.credits);
+    c.state = accepting ? State::Accepted : State::Ready;
+    ++ready_;
+    return true;
+}
+
+void VerbsWire::promote(Conn &c) {
+    c.state = State::Ready;
+    drain(c);
+}
+
+void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
+    if (m.link_layer != dev_->address().link_layer) {
+        send_reject(*control_, from, m.epoch);
+        return;
+    }
+    Conn *c = nullptr;
+    if (auto it = conns_.find(from); it != conns_.end()) {
+        c = it->second.get();
+        if (c->epoch == m.epoch) return;  // a duplicate
+        // Both connect at once: the lower side's attempt is the one.
+        if (c->state == State::Connecting && lower(self_, from)) return;
+        if (c->state != State::Connecting) {  // the peer starts over: a new process or QP
+            drop_conn(*c);
+            c = nullptr;
+        } else {
+            --connecting_;
+        }
+    }
+    if (!c) c = new_conn(from);
+    std::string err = "no QP";
+    c->epoch = m.epoch;
+    if (c->state == State::OverControl || !make_ready(*c, m, true, &err)) {
+        print_peer("from", from, "refused (" + err + "); tcp carries our messages to it");
+        send_reject(*control_, from, m.epoch);
+        fall_back(*c);
+        return;
+    }
+    dead_.erase(from);  // a new process at the address, or the peer starting over
+    const ControlMsg a = describe(ControlKind::Accept, *c);
+    control_->send(from, &a, sizeof a, nullptr, 0);
+    if (peer_connected_) peer_connected_(from);
+}
+
+void VerbsWire::on_accept(PeerId from, const ControlMsg &m) {
+    auto it = conns_.find(from);
+    if (it == conns_.end()) return;
+    Conn &c = *it->second;
+    if (c.state != State::Connecting || m.epoch != c.epoch) return;
+    --connecting_;
+    if (ControlKind(m.kind) == ControlKind::Reject || m.link_layer != dev_->address().link_layer) {
+        fall_back(c);
+        return;
+    }
+    std::string err;
+    if (!make_ready(c, m, false, &err)) {
+        print_peer("to", from, err + "; using tcp");
+        fall_back(c);
+        return;
+    }
+    ControlMsg r = describe(ControlKind::Ready, c);
+    control_->send(from, &r, sizeof r, nullptr, 0);
+    drain(c);
+    if (peer_connected_) peer_connected_(from);
+}
+
+void VerbsWire::fall_back(Conn &c) {
+    c.state = State::OverControl;
+    for (auto &f : c.backlog) {
+        FrameHead fh;
+        std::memcpy(&fh, f.data(), sizeof fh);
+        iovec v{f.data() + sizeof fh + fh.header_len, size_t(fh.payload_len)};
+        control_->send(c.peer, f.data() + sizeof fh, fh.header_len, &v, 1);
+    }
+    c.backlog.clear();
+}
+
+// The peer is lost to us: nothing more is sent, and what the device still holds completes
+// in error (the QP goes to the error state, which flushes it).
+void VerbsWire::fail(Conn &c) {
+    if (c.state == State::Failed) return;
+    if (c.state == State::Connecting) --connecting_;
+    if (c.state == State::Ready || c.state == State::Accepted) --ready_;
+    c.state = State::Failed;
+    c.held = 0;
+    c.backlog.clear();
+    dead_.insert(c.peer);
+    if (c.qp) {
+        ibv_qp_attr a{};
+        a.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(c.qp, &a, IBV_QP_STATE);
+    }
+}
+
+void VerbsWire::on_control(const InMessage &m) {
+    const ControlMsg c = control_of(m);
+    switch (ControlKind(c.kind)) {
+        case ControlKind::Connect: on_connect(m.from, c); break;
+        case ControlKind::Accept:
+        case ControlKind::Reject: on_accept(m.from, c); break;
+        case ControlKind::Ready:
+            if (auto it = conns_.find(m.from);
+                it != conns_.end() && it->second->state == State::Accepted && it->second->epoch == c.epoch)
+                promote(*it->second);
+            break;
+        default: ++malformed_;
+    }
+}
+
+void VerbsWire::check_timeouts() {
+    const uint64_t now = monotonic_ns();
+    for (auto &[peer, c] : conns_) {
+        if (c->state != State::Connecting) continue;
+        if (now - c->started_ns < uint64_t(cfg_.timeout_ms) * 1000000ull) continue;
+        // No answer at all: the peer may be an engine that ignores our setup messages; tcp
+        // reaches it if anything does.
+        --connecting_;
+        fall_back(*c);
+    }
+}
+
+bool VerbsWire::peer_dead(PeerId p) {
+    if (dead_.count(p)) return true;
+    return control_->peer_dead(p);
+}
+
+uint64_t VerbsWire::take_malformed() {
+    const uint64_t m = malformed_;
+    malformed_ = 0;
+    return m;
+}
+
+// ---------------------------------------------------------------------------------------
+// Sending
+
+uint32_t VerbsWire::sq_room(const Conn &c) const {
+    return std::min(sq_depth_ - (c.sq_posted - c.sq_done), send_budget_);
+}
+
+uint32_t VerbsWire::credit_word(const Conn &c) const {
+    return htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0));
+}
+
+uint32_t VerbsWire::take_sq(Conn &c, const SqEntry &e) {
+    const uint32_t seq = c.sq_posted++;
+    c.sq[seq % sq_depth_] = e;
+    --send_budget_;
+    return seq;
 }
 
 bool VerbsWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
@@ -233,7 +455,7 @@ bool VerbsWire::send_deferrable(PeerId to, const void *header, size_t header_len
 bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                            int payload_count, bool deferrable) {
     if (dead_.count(to)) return false;
-    OutConn *c = out_conn(to);
+    Conn *c = conn_to(to);
     if (c->state == State::OverControl) return control_->send(to, header, header_len, payload, payload_count);
     if (c->state == State::Failed) return false;
     size_t plen = 0;
@@ -241,16 +463,25 @@ bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, con
     if (header_len > kMaxHeader || plen > cfg_.max_message) return false;
     FrameHead fh{uint32_t(header_len), 0, plen};
     const size_t total = sizeof fh + header_len + plen;
-    if (c->held == OutConn::kMaxHeld && !post_held(*c)) {
-        fail_out(*c);
+    const bool can_post = c->state == State::Ready && c->backlog.empty() && c->credits > 0 && sq_room(*c) > 0;
+    // Small and not held back: gathered by the device straight from the caller's memory.
+    if (can_post && !deferrable && total <= dev_->max_inline_data() &&
+        payload_count + 2 <= int(Device::kMaxSendSge))
+        return send_inline(*c, header, header_len, payload, payload_count, plen);
+    if (c->held == Conn::kMaxHeld && !post_held(*c)) {
+        fail(*c);
         return false;
     }
-    // The common case, a message that fits one buffer with a credit and a slot free, is
-    // gathered straight into the slot; the rest waits whole in the backlog.
-    const bool direct = c->state == State::Ready && c->backlog.empty() && total <= c->buf_size &&
-                        c->credits > 0 && c->tx_head - c->tx_tail < tx_depth_;
+    // A message that fits one buffer with a credit, a buffer and a send-queue entry free is
+    // gathered straight into the buffer; the rest waits whole in the backlog.
+    const bool direct = can_post && c->held < Conn::kMaxHeld && total <= c->buf_size && !free_tx_.empty();
     std::vector<char> frame(direct ? 0 : total);
-    char *p = direct ? tx_slot(*c) : frame.data();
+    uint32_t buf = 0;
+    if (direct) {
+        buf = free_tx_.back();
+        free_tx_.pop_back();
+    }
+    char *p = direct ? tx_buf(buf) : frame.data();
     std::memcpy(p, &fh, sizeof fh);
     p += sizeof fh;
     std::memcpy(p, header, header_len);
@@ -260,7 +491,7 @@ bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, con
         p += payload[i].iov_len;
     }
     if (direct) {
-        hold_slot(*c, total);
+        hold_buf(*c, buf, total);
         if (deferrable) {
             if (!c->corked) {
                 c->corked = true;
@@ -269,7 +500,7 @@ bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, con
             return true;
         }
         if (post_held(*c)) return true;
-        fail_out(*c);
+        fail(*c);
         return false;
     }
     c->backlog.push_back(std::move(frame));
@@ -277,219 +508,171 @@ bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, con
     return true;
 }
 
-char *VerbsWire::tx_slot(OutConn &c) const {
-    return c.tx.get() + size_t(c.tx_head % tx_depth_) * c.buf_size;
+// The device copies inline data at the post: the caller's memory is free when it returns.
+bool VerbsWire::send_inline(Conn &c, const void *header, size_t header_len, const struct iovec *payload,
+                            int payload_count, size_t payload_len) {
+    if (c.held && !post_held(c)) {  // what was held goes first
+        fail(c);
+        return false;
+    }
+    const FrameHead fh{uint32_t(header_len), 0, payload_len};
+    ibv_sge sge[Device::kMaxSendSge];
+    int n = 0;
+    sge[n++] = ibv_sge{reinterpret_cast<uint64_t>(&fh), uint32_t(sizeof fh), 0};
+    sge[n++] = ibv_sge{reinterpret_cast<uint64_t>(header), uint32_t(header_len), 0};
+    for (int i = 0; i < payload_count; ++i)
+        if (payload[i].iov_len)
+            sge[n++] =
+                ibv_sge{reinterpret_cast<uint64_t>(payload[i].iov_base), uint32_t(payload[i].iov_len), 0};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.sg_list = sge;
+    wr.num_sge = n;
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = credit_word(c);
+    // Signalled now and then: its entry holds no buffer, only send-queue room.
+    const bool signal = ++c.unsignaled >= kSignalEvery || send_budget_ < cfg_.send_queue / 4;
+    wr.send_flags =
+        IBV_SEND_INLINE | (signal ? IBV_SEND_SIGNALED : 0) | (c.remote_reads ? IBV_SEND_FENCE : 0);
+    if (signal) c.unsignaled = 0;
+    wr.wr_id = wr_id(kSend, c.id, take_sq(c, SqEntry{}));
+    --c.credits;
+    c.returned = c.consumed;
+    if (ibv_post_send(c.qp, &wr, &bad) == 0) return true;
+    fail(c);
+    return false;
 }
 
-// Counts the next slot, filled with `len` bytes, as sent. Only every tx_depth/4-th send asks
-// for a completion: RC completes a QP's sends in order, so one stands for those before it.
-void VerbsWire::hold_slot(OutConn &c, size_t len) {
+// Counts `buf`, filled with `len` bytes, as sent. A send holding a pool buffer asks for a
+// completion when it is the last of its chain (post_held) or every kSignalEvery-th: RC
+// completes a QP's sends in order, so one completion returns the buffers of those before it,
+// and no buffer waits long for a peer we stopped sending to.
+void VerbsWire::hold_buf(Conn &c, uint32_t buf, size_t len) {
     ibv_sge &sge = c.held_sge[c.held];
-    sge = ibv_sge{reinterpret_cast<uint64_t>(tx_slot(c)), uint32_t(len), c.tx_mr->lkey};
+    sge = ibv_sge{reinterpret_cast<uint64_t>(tx_buf(buf)), uint32_t(len), tx_mr_->lkey};
     ibv_send_wr &wr = c.held_wr[c.held];
     wr = ibv_send_wr{};
-    wr.wr_id = wr_id(kTxSend, c.id, c.tx_head);
+    SqEntry e;
+    e.tx_buf = int32_t(buf);
+    wr.wr_id = wr_id(kSend, c.id, take_sq(c, e));
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    wr.opcode = IBV_WR_SEND;
-    const uint32_t every = std::max<uint32_t>(1, tx_depth_ / 4);
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = credit_word(c);
+    const bool signal = ++c.unsignaled >= kSignalEvery;
+    if (signal) c.unsignaled = 0;
     // After an RDMA read the QP may start later requests before the read's data is read.
-    wr.send_flags = (c.tx_head % every == every - 1 ? IBV_SEND_SIGNALED : 0) |
+    wr.send_flags = (signal ? IBV_SEND_SIGNALED : 0) |
                     (len <= dev_->max_inline_data() ? IBV_SEND_INLINE : 0) |
                     (c.remote_reads ? IBV_SEND_FENCE : 0);
     ++c.held;
-    ++c.tx_head;
     --c.credits;
+    c.returned = c.consumed;
 }
 
-bool VerbsWire::post_held(OutConn &c) {
+bool VerbsWire::post_held(Conn &c) {
     if (c.held == 0) return true;
     for (int i = 0; i + 1 < c.held; ++i) c.held_wr[i].next = &c.held_wr[i + 1];
-    c.held_wr[c.held - 1].next = nullptr;
+    ibv_send_wr &last = c.held_wr[c.held - 1];
+    last.next = nullptr;
+    if (!(last.send_flags & IBV_SEND_SIGNALED)) {
+        last.send_flags |= IBV_SEND_SIGNALED;
+        c.unsignaled = 0;
+    }
     ibv_send_wr *bad = nullptr;
     c.held = 0;
     return ibv_post_send(c.qp, c.held_wr, &bad) == 0;
 }
 
 void VerbsWire::flush_corked() {
-    std::vector<OutConn *> list;
+    std::vector<Conn *> list;
     list.swap(corked_);
-    for (OutConn *c : list) {
+    for (Conn *c : list) {
         c->corked = false;
-        if (c->state == State::Ready && !post_held(*c)) fail_out(*c);
+        if (c->state == State::Ready && !post_held(*c)) fail(*c);
     }
 }
 
-void VerbsWire::drain(OutConn &c) {
+void VerbsWire::drain(Conn &c) {
     while (!c.backlog.empty() && c.state == State::Ready) {
         const std::vector<char> &f = c.backlog.front();
-        while (c.backlog_off < f.size() && c.credits > 0 && c.tx_head - c.tx_tail < tx_depth_) {
-            if (c.held == OutConn::kMaxHeld && !post_held(c)) {
-                fail_out(c);
+        while (c.backlog_off < f.size() && c.credits > 0) {
+            if (c.held == Conn::kMaxHeld && !post_held(c)) {
+                fail(c);
                 return;
             }
+            if (free_tx_.empty() || sq_room(c) == 0) {
+                if (!c.blocked) {
+                    c.blocked = true;
+                    blocked_.push_back(&c);
+                }
+                break;
+            }
+            const uint32_t buf = free_tx_.back();
+            free_tx_.pop_back();
             const size_t len = std::min<size_t>(c.buf_size, f.size() - c.backlog_off);
-            std::memcpy(tx_slot(c), f.data() + c.backlog_off, len);
-            hold_slot(c, len);
+            std::memcpy(tx_buf(buf), f.data() + c.backlog_off, len);
+            hold_buf(c, buf, len);
             c.backlog_off += len;
         }
-        if (c.backlog_off < f.size()) break;  // until credits or slots come back
+        if (c.backlog_off < f.size()) break;  // until credits, buffers or send-queue room come back
         c.backlog.pop_front();
         c.backlog_off = 0;
     }
-    if (c.state == State::Ready && !post_held(c)) fail_out(c);
+    if (c.state == State::Ready && !post_held(c)) fail(c);
 }
 
-void VerbsWire::post_credit_rx(OutConn &c) {
-    ibv_recv_wr wr{}, *bad = nullptr;
-    wr.wr_id = wr_id(kCreditRecv, c.id, 0);
-    wr.num_sge = 0;
-    ibv_post_recv(c.qp, &wr, &bad);
-}
-
-void VerbsWire::on_accept(PeerId from, const ControlMsg &m) {
-    auto it = out_.find(from);
-    if (it == out_.end()) return;
-    OutConn &c = *it->second;
-    if (c.state != State::Connecting || m.epoch != c.epoch) return;
-    --connecting_;
-    if (ControlKind(m.kind) == ControlKind::Reject || m.link_layer != dev_->address().link_layer) {
-        fall_back(c);
-        return;
+void VerbsWire::drain_blocked() {
+    std::vector<Conn *> list;
+    list.swap(blocked_);
+    for (Conn *c : list) {
+        c->blocked = false;
+        if (c->state == State::Ready) drain(*c);
     }
-    PortAddress remote;
-    remote.link_layer = m.link_layer;
-    remote.mtu = m.mtu;
-    remote.lid = m.lid;
-    std::memcpy(remote.gid, m.gid, 16);
-    c.buf_size = std::max<uint32_t>(256, m.buf_size);
-    c.credits = c.peer_rx_depth = m.rx_depth;
-    c.tx.reset(new char[size_t(tx_depth_) * c.buf_size]);
-    c.tx_mr = ibv_reg_mr(dev_->pd(), c.tx.get(), size_t(tx_depth_) * c.buf_size, IBV_ACCESS_LOCAL_WRITE);
-    std::string err;
-    if (!c.tx_mr || !dev_->connect_qp(c.qp, c.psn, remote, m.qpn, m.psn, cfg_.ack_timeout, &err)) {
-        std::fprintf(stderr, "portals: verbs connection to %u.%u.%u.%u:%u failed (%s); using tcp\n",
-                     from.nid >> 24, (from.nid >> 16) & 255, (from.nid >> 8) & 255, from.nid & 255, from.pid,
-                     c.tx_mr ? err.c_str() : "ibv_reg_mr");
-        fall_back(c);
-        return;
-    }
-    c.state = State::Ready;
-    drain(c);
-}
-
-void VerbsWire::fall_back(OutConn &c) {
-    c.state = State::OverControl;
-    for (auto &f : c.backlog) {
-        FrameHead fh;
-        std::memcpy(&fh, f.data(), sizeof fh);
-        iovec v{f.data() + sizeof fh + fh.header_len, size_t(fh.payload_len)};
-        control_->send(c.peer, f.data() + sizeof fh, fh.header_len, &v, 1);
-    }
-    c.backlog.clear();
-}
-
-void VerbsWire::fail_out(OutConn &c) {
-    if (c.state == State::Connecting) --connecting_;
-    c.state = State::Failed;
-    c.held = 0;
-    c.backlog.clear();
-    dead_.insert(c.peer);
 }
 
 // ---------------------------------------------------------------------------------------
-// Receiving side
+// Receiving
 
-void VerbsWire::on_control(const InMessage &m) {
-    const ControlMsg c = control_of(m);
-    switch (ControlKind(c.kind)) {
-        case ControlKind::Connect: on_connect(m.from, c); break;
-        case ControlKind::Accept:
-        case ControlKind::Reject: on_accept(m.from, c); break;
-        default: ++malformed_;
-    }
-}
-
-void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
-    if (m.link_layer != dev_->address().link_layer) {
-        send_reject(*control_, from, m.epoch);
-        return;
-    }
-    if (auto it = in_.find(from); it != in_.end()) {
-        if (it->second->epoch == m.epoch) return;  // a duplicate
-        in_by_id_.erase(it->second->id);           // the peer reconnects: a new process or QP
-        std::erase(owing_, it->second.get());
-        in_.erase(it);
-    }
-    auto c = std::make_unique<InConn>();
-    c->peer = from;
-    c->id = next_id_++;
-    c->epoch = m.epoch;
-    const uint32_t psn = (epoch_seed_ + c->id * 104729u) & 0xffffff;
-    std::string err;
-    const size_t bytes = size_t(cfg_.rx_depth) * cfg_.buf_size;
-    c->rx.reset(new char[bytes]);
-    c->rx_mr = ibv_reg_mr(dev_->pd(), c->rx.get(), bytes, IBV_ACCESS_LOCAL_WRITE);
-    PortAddress remote;
-    remote.link_layer = m.link_layer;
-    remote.mtu = m.mtu;
-    remote.lid = m.lid;
-    std::memcpy(remote.gid, m.gid, 16);
-    bool ok = c->rx_mr && reserve_cq(cfg_.rx_depth + kCreditSends + kBulkWindow);
-    if (ok) ok = (c->qp = dev_->create_qp(cq_, kCreditSends + kBulkWindow, cfg_.rx_depth, &err)) != nullptr;
-    if (ok) {
-        for (uint32_t i = 0; i < cfg_.rx_depth; ++i) post_rx(*c, i);
-        ok = dev_->connect_qp(c->qp, psn, remote, m.qpn, m.psn, cfg_.ack_timeout, &err);
-    }
-    if (!ok) {
-        std::fprintf(stderr, "portals: verbs connection from %u.%u.%u.%u:%u refused (%s)\n", from.nid >> 24,
-                     (from.nid >> 16) & 255, (from.nid >> 8) & 255, from.nid & 255, from.pid,
-                     err.empty() ? "no memory for its buffers" : err.c_str());
-        send_reject(*control_, from, m.epoch);
-        return;
-    }
-    ControlMsg a = describe(ControlKind::Accept, c->qp, psn);
-    a.epoch = m.epoch;
-    a.rx_depth = cfg_.rx_depth;
-    a.buf_size = cfg_.buf_size;
-    in_by_id_[c->id] = c.get();
-    in_[from] = std::move(c);
-    control_->send(from, &a, sizeof a, nullptr, 0);
-    if (peer_connected_) peer_connected_(from);
-}
-
-void VerbsWire::post_rx(InConn &c, uint32_t slot) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(c.rx.get() + size_t(slot) * cfg_.buf_size), cfg_.buf_size,
-                c.rx_mr->lkey};
+void VerbsWire::post_rx(uint32_t slot) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(rx_mem_.get() + size_t(slot) * cfg_.buf_size), cfg_.buf_size,
+                rx_mr_->lkey};
     ibv_recv_wr wr{}, *bad = nullptr;
-    wr.wr_id = wr_id(kRx, c.id, slot);
+    wr.wr_id = wr_id(kRx, 0, slot);
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    if (ibv_post_recv(c.qp, &wr, &bad) != 0) c.failed = true;
+    if (ibv_post_srq_recv(srq_, &wr, &bad) != 0) ++malformed_;  // cannot happen: the slot was taken
 }
 
-// Returned in quarters of the buffers: a sender with no credits left has rx_depth
-// unreturned, so a receiver that keeps consuming always owes it a return.
-// `now`: whatever is owed, even nothing (a change of holding_ is news too).
-void VerbsWire::return_credits(InConn &c, bool now) {
+// Returned in quarters of the peer's credits when we have nothing to send it (each send
+// carries the count): a sender with no credits left is owed a whole window, so a receiver
+// that keeps consuming always returns some. `now`: whatever is owed, even nothing (a change
+// of holding_ is news too).
+void VerbsWire::return_credits(Conn &c, bool now, bool signal) {
     const uint32_t owed = c.consumed - c.returned;
-    if ((!now && owed < std::max<uint32_t>(1, cfg_.rx_depth / 4)) || c.credit_sends >= kCreditSends) return;
-    ibv_send_wr wr{}, *bad = nullptr;
-    wr.wr_id = wr_id(kCreditSend, c.id, 0);
-    wr.opcode = IBV_WR_SEND_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.imm_data = htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0));
-    wr.num_sge = 0;
-    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
-        c.failed = true;
+    if (c.state != State::Ready || (!now && owed < std::max<uint32_t>(1, cfg_.credits / 4)) ||
+        sq_room(c) == 0)
+        return;
+    if (c.held && !post_held(c)) {  // they carry an older count: go first
+        fail(c);
         return;
     }
-    ++c.credit_sends;
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = credit_word(c);
+    wr.num_sge = 0;
+    signal = signal || ++c.unsignaled >= kSignalEvery;
+    if (signal) c.unsignaled = 0;
+    wr.send_flags = signal ? IBV_SEND_SIGNALED : 0;
+    wr.wr_id = wr_id(kSend, c.id, take_sq(c, SqEntry{}));
+    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+        fail(c);
+        return;
+    }
     c.returned = c.consumed;
 }
 
-void VerbsWire::on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler) {
-    const char *buf = c.rx.get() + size_t(slot) * cfg_.buf_size;
+void VerbsWire::on_receive(Conn &c, uint32_t slot, uint32_t len, const MessageHandler &handler) {
+    const char *buf = rx_mem_.get() + size_t(slot) * cfg_.buf_size;
     auto deliver = [&](const char *frame) {
         FrameHead fh;
         std::memcpy(&fh, frame, sizeof fh);
@@ -535,7 +718,6 @@ void VerbsWire::on_receive(InConn &c, uint32_t slot, uint32_t len, const Message
             }
         }
     }
-    post_rx(c, slot);
     ++c.consumed;
     return_credits(c);
     if (c.prompt && !c.owing && c.consumed != c.returned) {
@@ -545,148 +727,169 @@ void VerbsWire::on_receive(InConn &c, uint32_t slot, uint32_t len, const Message
 }
 
 // A peer that reaches our memory directly learns that we handled its messages when they run
-// out, not a quarter of the buffers later: until then it may not go direct (ordering).
+// out, not a quarter of the credits later: until then it may not go direct (ordering).
 void VerbsWire::return_owed_credits() {
-    std::vector<InConn *> list;
+    std::vector<Conn *> list;
     list.swap(owing_);
-    for (InConn *c : list) {
+    for (Conn *c : list) {
         c->owing = false;
         if (c->consumed != c->returned) return_credits(*c, true);
-        if (c->consumed != c->returned) {  // no send free: at the next progress
+        if (c->consumed != c->returned && c->state == State::Ready) {  // no room: at the next progress
             c->owing = true;
             owing_.push_back(c);
         }
     }
 }
 
-int VerbsWire::handle_wc(const ibv_wc &wc, const MessageHandler &handler) {
-    const WrKind kind = kind_of(wc.wr_id);
-    if (kind == kBulk) return 0;  // of a transfer that gave up waiting
-    if (kind == kRemote) {
-        remote_done(wc);
-        return 1;
-    }
-    const uint32_t id = conn_of(wc.wr_id);
-    if (kind == kTxSend || kind == kCreditRecv) {
-        auto it = out_by_id_.find(id);
-        if (it == out_by_id_.end()) return 0;
-        OutConn &c = *it->second;
-        if (wc.status != IBV_WC_SUCCESS) {
-            if (wc.status != IBV_WC_WR_FLUSH_ERR || c.state != State::Failed) fail_out(c);
-            return 1;
-        }
-        if (kind == kTxSend) {
-            c.tx_tail = slot_of(wc.wr_id) + 1;  // and every unsignaled send before it
-        } else {
-            const uint32_t imm = ntohl(wc.imm_data), consumed = imm & kConsumedMask;
-            c.credits += (consumed - c.peer_consumed) & kConsumedMask;
-            c.peer_consumed = consumed;
-            c.peer_holding = (imm & kHoldingBit) != 0;
-            post_credit_rx(c);
-        }
-        drain(c);
-        return 1;
-    }
-    auto it = in_by_id_.find(id);
-    if (it == in_by_id_.end()) return 0;
-    InConn &c = *it->second;
+// A receive from the SRQ: the QP it came by names the peer. The buffer goes back at once;
+// its bytes were handled (or copied into a partial message) before.
+int VerbsWire::handle_recv(const ibv_wc &wc, const MessageHandler &handler) {
+    const uint32_t slot = seq_of(wc.wr_id);
+    auto it = by_qpn_.find(wc.qp_num);
+    Conn *c = it == by_qpn_.end() ? nullptr : it->second;
     if (wc.status != IBV_WC_SUCCESS) {
-        c.failed = true;
+        // A QP in error hands back the receive it had started; the peer is gone for us.
+        if (c && wc.status != IBV_WC_WR_FLUSH_ERR) fail(*c);
+        post_rx(slot);
         return 1;
     }
-    if (kind == kRx)
-        on_receive(c, slot_of(wc.wr_id), wc.byte_len, handler);
-    else if (--c.credit_sends == kCreditSends - 1)
-        return_credits(c);  // one was held back for want of a send slot
+    if (!c || c->state == State::Failed) {
+        post_rx(slot);
+        return 1;
+    }
+    if (wc.byte_len > 0) on_receive(*c, slot, wc.byte_len, handler);
+    post_rx(slot);
     return 1;
 }
 
-void VerbsWire::remote_done(const ibv_wc &wc) {
-    const uint32_t slot = slot_of(wc.wr_id);
-    if (slot >= remote_ops_.size()) return;
-    const RemoteOp op = remote_ops_[slot];
-    remote_ops_[slot] = RemoteOp{};
-    free_remote_ops_.push_back(slot);
-    if (op.region) cache_->release(op.region);
-    uint64_t fetched = 0;
-    if (op.result >= 0) {
-        fetched = words_->fetched[op.result];
-        free_results_.push_back(uint32_t(op.result));
+// Receives polled: the credits they carry count at once (they concern only what we sent, and a
+// sender waiting for them must not wait for the messages before them to be handled); the
+// messages wait in stashed_, in order.
+void VerbsWire::stash_recv(const ibv_wc *wc, int n) {
+    for (int i = 0; i < n; ++i) {
+        stashed_.push_back(wc[i]);
+        if (wc[i].status != IBV_WC_SUCCESS || !(wc[i].wc_flags & IBV_WC_WITH_IMM)) continue;
+        auto it = by_qpn_.find(wc[i].qp_num);
+        if (it == by_qpn_.end()) continue;
+        Conn &c = *it->second;
+        if (c.state == State::Accepted) promote(c);
+        if (c.state != State::Ready) continue;
+        const uint32_t imm = ntohl(wc[i].imm_data), consumed = imm & kConsumedMask;
+        const uint32_t fresh = (consumed - c.peer_consumed) & kConsumedMask;
+        c.credits += fresh;
+        c.peer_consumed = consumed;
+        c.peer_holding = (imm & kHoldingBit) != 0;
+        if (fresh && !c.backlog.empty()) drain(c);
     }
-    const bool ok = wc.status == IBV_WC_SUCCESS;
-    if (auto it = out_by_id_.find(op.conn); it != out_by_id_.end()) {
-        OutConn &c = *it->second;
-        --c.remote_ops;
-        if (op.read) --c.remote_reads;
-        // A bad key (the peer revoked the memory before we knew) breaks the QP: the peer is
-        // lost to us, as after any failed send.
-        if (!ok && c.state != State::Failed) fail_out(c);
-    }
-    if (remote_done_) remote_done_(op.cookie, ok, fetched);
 }
 
-// Completions are handled in the order the CQ gave them (messages of one connection must reach
-// the engine in order): progress puts each batch at the back of stashed_ and takes from the
-// front; a receive handler that starts a bulk transfer stashes the newer completions it meets
-// behind the rest, and the stash is emptied before the CQ is polled again.
+// A completed send (signalled, or any send of a QP in error) completes every earlier one of
+// its QP: their buffers and send-queue entries come back, one-sided operations are reported.
+void VerbsWire::on_send_done(const ibv_wc &wc) {
+    auto it = by_id_.find(conn_of(wc.wr_id));
+    if (it == by_id_.end()) return;  // of a connection dropped since (its entries went with it)
+    Conn &c = *it->second;
+    const uint32_t seq = seq_of(wc.wr_id);
+    if (seq - c.sq_done >= c.sq_posted - c.sq_done) return;  // retired already
+    const bool ok = wc.status == IBV_WC_SUCCESS;
+    for (uint32_t s = c.sq_done; s != seq + 1; ++s) {
+        SqEntry &e = c.sq[s % sq_depth_];
+        if (e.tx_buf >= 0) free_tx_.push_back(uint32_t(e.tx_buf));
+        if (e.bulk) {
+            --c.bulk_inflight;
+            if (!ok) c.bulk_failed = true;
+        }
+        if (e.remote >= 0) {
+            RemoteOp op = remote_ops_[size_t(e.remote)];
+            remote_ops_[size_t(e.remote)] = RemoteOp{};
+            free_remote_ops_.push_back(uint32_t(e.remote));
+            if (op.region) cache_->release(op.region);
+            uint64_t fetched = 0;
+            if (op.result >= 0) {
+                fetched = words_->fetched[op.result];
+                free_results_.push_back(uint32_t(op.result));
+            }
+            --c.remote_ops;
+            if (op.read) --c.remote_reads;
+            if (op.cookie != ~uint64_t(0)) remote_results_.push_back({op.cookie, ok, fetched});
+        }
+        e = SqEntry{};
+    }
+    send_budget_ += seq + 1 - c.sq_done;
+    c.sq_done = seq + 1;
+    // A bad key (the peer revoked the memory before we knew), a peer gone: the QP is broken,
+    // the peer lost to us.
+    if (!ok && c.state != State::Failed) fail(c);
+}
+
+int VerbsWire::poll_sends() {
+    ibv_wc wc[kPollBatch];
+    int total = 0, n;
+    while ((n = ibv_poll_cq(send_cq_, kPollBatch, wc)) > 0) {
+        for (int i = 0; i < n; ++i) on_send_done(wc[i]);
+        total += n;
+        if (n < kPollBatch) break;
+    }
+    if (total && !blocked_.empty()) drain_blocked();
+    if (!in_bulk_) report_remote();
+    return total;
+}
+
+void VerbsWire::report_remote() {
+    if (remote_results_.empty()) return;
+    std::vector<RemoteResult> list;
+    list.swap(remote_results_);
+    for (const RemoteResult &r : list)
+        if (remote_done_) remote_done_(r.cookie, r.ok, r.fetched);
+}
+
+// Receive completions are handled in the order the CQ gave them (messages of one connection
+// must reach the engine in order): progress puts each batch at the back of stashed_ and takes
+// from the front, so a handler that calls progress again (the engine waiting for peers inside
+// a delivery) continues the same sequence.
 int VerbsWire::drain_stash(const MessageHandler &handler) {
     int work = 0;
     while (!stashed_.empty()) {
         const ibv_wc wc = stashed_.front();
         stashed_.pop_front();
-        work += handle_wc(wc, handler);
+        work += handle_recv(wc, handler);
     }
     return work;
 }
 
-// Every completion goes through stashed_, oldest first: a handler that calls progress again
-// (the engine waiting for peers inside a delivery) continues the same sequence.
 int VerbsWire::progress(const MessageHandler &handler) {
     if (!corked_.empty()) flush_corked();
-    int work = drain_stash(handler);
+    int work = poll_sends();
+    work += drain_stash(handler);
     ibv_wc wc[kPollBatch];
     for (int round = 0; round < 4; ++round) {
-        const int n = ibv_poll_cq(cq_, kPollBatch, wc);
+        const int n = ibv_poll_cq(recv_cq_, kPollBatch, wc);
         if (n <= 0) break;
-        stashed_.insert(stashed_.end(), wc, wc + n);
+        stash_recv(wc, n);
         work += drain_stash(handler);
         if (n < kPollBatch) break;
     }
     if (!owing_.empty()) return_owed_credits();
+    if (send_budget_ < cfg_.send_queue / 4) reclaim_send_queue();
     if (connecting_) check_timeouts();
     return work;
 }
 
-void VerbsWire::check_timeouts() {
-    const uint64_t now = monotonic_ns();
-    for (auto &[peer, c] : out_) {
-        if (c->state != State::Connecting) continue;
-        if (now - c->started_ns < uint64_t(cfg_.timeout_ms) * 1000000ull) continue;
-        // No answer at all: the peer may be an engine that ignores our setup messages; tcp
-        // reaches it if anything does.
-        --connecting_;
-        fall_back(*c);
-    }
-}
-
-bool VerbsWire::peer_dead(PeerId p) {
-    if (dead_.count(p)) return true;
-    if (auto it = in_.find(p); it != in_.end() && it->second->failed) return true;
-    return control_->peer_dead(p);
-}
-
-uint64_t VerbsWire::take_malformed() {
-    const uint64_t m = malformed_;
-    malformed_ = 0;
-    return m;
+// Unsignalled sends complete only with a later signalled one of their QP: a peer we stopped
+// sending to keeps up to kSignalEvery - 1 entries of the send budget. When the budget runs
+// low, those peers get a signalled credit return (which carries news anyway) to free them.
+void VerbsWire::reclaim_send_queue() {
+    for (auto &[peer, c] : conns_)
+        if (c->state == State::Ready && c->unsignaled && c->sq_posted != c->sq_done)
+            return_credits(*c, true, true);
 }
 
 // ---------------------------------------------------------------------------------------
 // Bulk data
 
 bool VerbsWire::has_bulk(PeerId to) const {
-    auto it = out_.find(to);
-    return it != out_.end() && it->second->state == State::Ready;
+    auto it = conns_.find(to);
+    return it != conns_.end() && it->second->state == State::Ready;
 }
 
 bool VerbsWire::export_memory(PeerId, const struct iovec *pieces, int n, bool writable, uint64_t *keys,
@@ -720,13 +923,17 @@ bool VerbsWire::bulk_write(PeerId to, const struct iovec *local, int nl, const s
     return bulk(to, false, local, nl, remote, nr, keys);
 }
 
-// On the QP the peer's messages arrive on. Completions of anything else met while waiting
-// are kept, in order, for the next progress.
+// On the peer's QP, waited for within the deadline: past it the QP is failed, which completes
+// (flushes) what it still holds, so nothing lands in `local` once this returns.
 bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote,
                      int nr, const uint64_t *keys) {
-    auto it = in_.find(peer);
-    if (it == in_.end() || it->second->failed || !keys) return false;
-    InConn &c = *it->second;
+    auto it = conns_.find(peer);
+    if (it == conns_.end() || it->second->state != State::Ready || !keys) return false;
+    Conn &c = *it->second;
+    if (c.held && !post_held(c)) {
+        fail(c);
+        return false;
+    }
     Export local_regions(*cache_);  // a read lands in them, a write leaves them
     std::vector<uint32_t> lkeys(size_t(nl), 0);
     for (int i = 0; i < nl; ++i) {
@@ -736,67 +943,81 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
         local_regions.regions.push_back(r);
         lkeys[size_t(i)] = RegCache::lkey(r);
     }
-    const uint32_t seq_base = bulk_seq_;
-    uint32_t posted = 0, done = 0;
-    bool ok = true;
-    auto reap = [&](bool all) {
-        ibv_wc wc[kPollBatch];
-        while (done < posted && (all || posted - done >= kBulkWindow)) {
-            const int n = ibv_poll_cq(cq_, kPollBatch, wc);
-            if (n < 0) {
-                c.failed = true;
-                ok = false;
-                return;
-            }
-            for (int i = 0; i < n; ++i) {
-                if (kind_of(wc[i].wr_id) == kBulk && conn_of(wc[i].wr_id) == (c.id & 0x0fffffff) &&
-                    slot_of(wc[i].wr_id) - seq_base < posted) {
-                    ++done;
-                    if (wc[i].status != IBV_WC_SUCCESS) {
-                        ok = false;
-                        c.failed = true;
-                    }
-                } else {
-                    stashed_.push_back(wc[i]);
-                }
+    in_bulk_ = true;
+    c.bulk_failed = false;
+    const uint64_t deadline = monotonic_ns() + uint64_t(cfg_.bulk_timeout_ms) * 1000000ull;
+    bool expired = false;
+    // Until at most `left` are in flight; past the deadline the QP is failed and flushed.
+    auto reap = [&](uint32_t left) {
+        while (c.bulk_inflight > left) {
+            if (poll_sends() != 0) continue;
+            const uint64_t now = monotonic_ns();
+            if (!expired && now > deadline) {
+                expired = true;
+                print_peer("to", peer, "an RDMA transfer missed its deadline (PTL_VERBS_BULK_TIMEOUT_MS)");
+                fail(c);
+            } else if (expired && now > deadline + 2'000'000'000ull) {
+                print_peer("to", peer, "the device does not flush a failed QP");
+                break;
             }
         }
     };
     int li = 0, ri = 0;
     size_t loff = 0, roff = 0;
+    bool ok = true;
     while (ok && li < nl && ri < nr) {
         const size_t k = std::min({local[li].iov_len - loff, remote[ri].iov_len - roff, kBulkChunk});
         if (k) {
+            reap(kBulkWindow - 1);
+            if (c.state != State::Ready || c.bulk_failed) {
+                ok = false;
+                break;
+            }
+            while (sq_room(c) == 0 && c.state == State::Ready && monotonic_ns() < deadline)
+                if (poll_sends() == 0 && send_budget_ == 0) reclaim_send_queue();
+            if (sq_room(c) == 0) {
+                ok = false;
+                break;
+            }
             ibv_sge sge{reinterpret_cast<uint64_t>(local[li].iov_base) + loff, uint32_t(k),
                         lkeys[size_t(li)]};
             ibv_send_wr wr{}, *bad = nullptr;
-            wr.wr_id = wr_id(kBulk, c.id, bulk_seq_++);
+            SqEntry e;
+            e.bulk = true;
+            wr.wr_id = wr_id(kBulk, c.id, take_sq(c, e));
             wr.sg_list = &sge;
             wr.num_sge = 1;
             wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
             wr.send_flags = IBV_SEND_SIGNALED;
             wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(remote[ri].iov_base) + roff;
             wr.wr.rdma.rkey = uint32_t(keys[ri]);
+            ++c.bulk_inflight;
             if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+                // Never reached the device: its entry is taken back by the failed QP's flush
+                // of what follows, or counted here if nothing does.
+                --c.bulk_inflight;
+                c.sq[(c.sq_posted - 1) % sq_depth_] = SqEntry{};
+                --c.sq_posted;
+                ++send_budget_;
+                fail(c);
                 ok = false;
                 break;
             }
-            ++posted;
             ++rdma_ops_;
             rdma_bytes_ += k;
-            reap(false);
         }
         loff += k;
         roff += k;
         if (loff == local[li].iov_len) ++li, loff = 0;
         if (roff == remote[ri].iov_len) ++ri, roff = 0;
     }
-    reap(true);
-    if (!stashed_.empty()) wake_();  // taken from the queue the next progress reads
+    reap(0);
+    in_bulk_ = false;
+    ok = ok && !c.bulk_failed && c.state == State::Ready;
+    if (!remote_results_.empty()) wake_();  // reported by the next progress
     return ok;
 }
 
-// ---------------------------------------------------------------------------------------
 // One-sided access
 
 // Not through the registration cache: once remote_deregister returns, the key reaches nothing.
@@ -816,70 +1037,60 @@ void VerbsWire::remote_deregister(uint64_t handle) {
 }
 
 // Whether the peer's engine has handled everything we sent it (see remote_access).
-bool VerbsWire::handled_all(const OutConn &c) {
+bool VerbsWire::handled_all(Conn &c) {
     auto handled = [&] {
         return c.state == State::Ready && c.backlog.empty() && c.held == 0 && !c.peer_holding &&
-               c.credits == c.peer_rx_depth;
+               c.credits == c.window;
     };
     if (handled()) return true;
     // The answer may be in the queue: an initiator that never waits (PTL_PROGRESS=manual)
     // would otherwise never learn it.
-    poll_own_completions();
+    poll_credits();
     return handled();
 }
 
-// Credit returns and one-sided completions concern only what we sent, so they are handled
-// at once, in their order; the rest stays in stashed_, in order, for the next progress.
-void VerbsWire::poll_own_completions() {
+// Credits and one-sided completions concern only what we sent: taken from the queues at once.
+// The messages polled with the credits wait in stashed_, in order, for the next progress.
+void VerbsWire::poll_credits() {
+    poll_sends();
     ibv_wc wc[kPollBatch];
-    const int n = ibv_poll_cq(cq_, kPollBatch, wc);
-    if (n > 0) stashed_.insert(stashed_.end(), wc, wc + n);
-    static const MessageHandler none;
-    for (auto it = stashed_.begin(); it != stashed_.end();) {
-        const WrKind k = kind_of(it->wr_id);
-        if (k != kCreditRecv && k != kRemote) {
-            ++it;
-            continue;
-        }
-        const ibv_wc w = *it;
-        it = stashed_.erase(it);
-        handle_wc(w, none);
-        it = stashed_.begin();  // handle_wc may have stashed more (never erased): start over
-    }
-    if (n > 0 && !stashed_.empty()) wake_();
+    const int n = ibv_poll_cq(recv_cq_, kPollBatch, wc);
+    if (n <= 0) return;
+    stash_recv(wc, n);
+    wake_();
 }
 
 void VerbsWire::set_holding(bool holding) {
     if (holding_ == holding) return;
     holding_ = holding;
     // The peers that go direct must hear it at once: holding, they wait; released, they may go.
-    for (auto &[peer, c] : in_)
-        if (c->prompt && !c->failed) return_credits(*c, true);
+    for (auto &[peer, c] : conns_)
+        if (c->prompt) return_credits(*c, true);
 }
 
 void VerbsWire::report_handled_promptly(PeerId from) {
-    if (auto it = in_.find(from); it != in_.end()) it->second->prompt = true;
+    if (auto it = conns_.find(from); it != conns_.end()) it->second->prompt = true;
 }
 
 // The connection a one-sided operation to `to` may take now (`need` work requests), or null.
-VerbsWire::OutConn *VerbsWire::ready_for_remote(PeerId to, uint32_t need) {
-    auto it = out_.find(to);
-    if (it == out_.end()) return nullptr;
-    OutConn &c = *it->second;
+VerbsWire::Conn *VerbsWire::ready_for_remote(PeerId to, uint32_t need) {
+    auto it = conns_.find(to);
+    if (it == conns_.end()) return nullptr;
+    Conn &c = *it->second;
     // A peer the control wire saw die is not written to: its QP would take the retry time to
     // say so.
     if (!handled_all(c) || control_->peer_dead(to)) return nullptr;
-    if (c.remote_ops + need > kRemoteWindow) poll_own_completions();
-    if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow) return nullptr;
+    if (c.remote_ops + need > kRemoteWindow || sq_room(c) < need) poll_sends();
+    if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow || sq_room(c) < need) return nullptr;
     return &c;
 }
 
 bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uint64_t remote_addr,
                               uint64_t key, uint64_t cookie, bool must_copy, const RemoteCount &count) {
     if (len > kRemoteMax || (count.amount && !remote_counts())) return false;
-    OutConn *cp = ready_for_remote(to, count.amount ? 2 : 1);
+    Conn *cp = ready_for_remote(to, count.amount ? 2 : 1);
     if (!cp) return false;
-    OutConn &c = *cp;
+    Conn &c = *cp;
     const bool inlined = !read && len <= dev_->max_inline_data();
     if (must_copy && !inlined) return false;
     RegCache::Region *r = nullptr;
@@ -903,9 +1114,13 @@ bool VerbsWire::remote_access(PeerId to, bool read, void *local, size_t len, uin
     return true;
 }
 
-// Posts `wr` (its slot, signalling and fence filled in here) with the count behind it; on
-// success the slot holds `op` until the completion.
-bool VerbsWire::post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &count, RemoteOp op) {
+// Posts `wr` (its send-queue entry, signalling and fence filled in here) with the count behind
+// it; on success the entry holds `op` until the completion.
+bool VerbsWire::post_remote(Conn &c, ibv_send_wr &wr, const RemoteCount &count, RemoteOp op) {
+    if (c.held && !post_held(c)) {  // messages sent before go first
+        fail(c);
+        return false;
+    }
     auto take_slot = [&] {
         uint32_t s;
         if (!free_remote_ops_.empty()) {
@@ -918,15 +1133,21 @@ bool VerbsWire::post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &coun
         return s;
     };
     const uint32_t slot = take_slot(), add_slot = count.amount ? take_slot() : 0;
+    remote_ops_[slot] = op;
+    SqEntry e;
+    e.remote = int32_t(slot);
     ibv_send_wr add{}, *bad = nullptr;
-    wr.wr_id = wr_id(kRemote, c.id, slot);
+    wr.wr_id = wr_id(kRemote, c.id, take_sq(c, e));
     wr.send_flags |= IBV_SEND_SIGNALED | (c.remote_reads ? IBV_SEND_FENCE : 0);
     // The count after the data: RC executes them in order at the peer, so whoever sees the
     // count sees the data.
     ibv_sge add_sge{reinterpret_cast<uint64_t>(words_->sink), 8, words_mr_ ? words_mr_->lkey : 0};
     if (count.amount) {
+        remote_ops_[add_slot] = RemoteOp{~uint64_t(0), nullptr, c.id, false, -1};
+        SqEntry ae;
+        ae.remote = int32_t(add_slot);
         wr.next = &add;
-        add.wr_id = wr_id(kRemote, c.id, add_slot);
+        add.wr_id = wr_id(kRemote, c.id, take_sq(c, ae));
         add.sg_list = &add_sge;
         add.num_sge = 1;
         add.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
@@ -934,23 +1155,32 @@ bool VerbsWire::post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &coun
         add.wr.atomic.remote_addr = count.addr;
         add.wr.atomic.rkey = uint32_t(count.key);
         add.wr.atomic.compare_add = count.amount;
-    }
-    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
-        if (bad == &add) {
-            fail_out(c);  // the data went without its count: the peer cannot be trusted to count
-        } else {
-            free_remote_ops_.push_back(slot);
-            if (count.amount) free_remote_ops_.push_back(add_slot);
-            return false;
-        }
-    }
-    remote_ops_[slot] = op;
-    if (count.amount) {
-        remote_ops_[add_slot] = RemoteOp{~uint64_t(0), nullptr, c.id, false, -1};
         ++c.remote_ops;
     }
     ++c.remote_ops;
     if (op.read) ++c.remote_reads;
+    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+        // Entries the device never took stay in the queue: the failed QP's flush cannot
+        // return them, so they are returned here (the caller releases `op`'s region).
+        const bool data_went = bad == &add;
+        const uint32_t undo = data_went ? 1 : (count.amount ? 2 : 1);
+        for (uint32_t i = 0; i < undo; ++i) {
+            const uint32_t seq = --c.sq_posted;
+            const SqEntry u = c.sq[seq % sq_depth_];
+            c.sq[seq % sq_depth_] = SqEntry{};
+            ++send_budget_;
+            --c.remote_ops;
+            remote_ops_[size_t(u.remote)] = RemoteOp{};
+            free_remote_ops_.push_back(uint32_t(u.remote));
+        }
+        if (op.read && !data_went) --c.remote_reads;
+        // The data went without its count: the peer cannot be trusted to count.
+        if (data_went) {
+            fail(c);
+            return true;  // reported failed by the flush
+        }
+        return false;
+    }
     ++rdma_ops_;
     return true;
 }
@@ -958,9 +1188,9 @@ bool VerbsWire::post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &coun
 bool VerbsWire::remote_atomic(PeerId to, AtomicOp op, uint64_t remote_addr, uint64_t key, uint64_t operand,
                               uint64_t compare, uint64_t cookie, const RemoteCount &count) {
     if (!remote_atomics() || free_results_.empty() || (remote_addr & 7)) return false;
-    OutConn *cp = ready_for_remote(to, count.amount ? 2 : 1);
+    Conn *cp = ready_for_remote(to, count.amount ? 2 : 1);
     if (!cp) return false;
-    OutConn &c = *cp;
+    Conn &c = *cp;
     const uint32_t result = free_results_.back();
     ibv_sge sge{reinterpret_cast<uint64_t>(&words_->fetched[result]), 8, words_mr_->lkey};
     ibv_send_wr wr{};
@@ -981,7 +1211,11 @@ bool VerbsWire::remote_atomic(PeerId to, AtomicOp op, uint64_t remote_addr, uint
 void VerbsWire::open_loopback() {
     std::string err;
     loop_cq_ = ibv_create_cq(dev_->context(), 4, nullptr, nullptr, 0);
-    if (loop_cq_) loop_qp_ = dev_->create_qp(loop_cq_, 2, 1, &err);
+    Device::QpQueues q;
+    q.send_cq = q.recv_cq = loop_cq_;
+    q.max_send = 2;
+    q.max_recv = 1;
+    if (loop_cq_) loop_qp_ = dev_->create_qp(q, &err);
     const uint32_t psn = epoch_seed_ & 0xffffff;
     if (loop_qp_ &&
         dev_->connect_qp(loop_qp_, psn, dev_->address(), loop_qp_->qp_num, psn, cfg_.ack_timeout, &err))
@@ -1028,14 +1262,13 @@ bool VerbsWire::own_atomic(AtomicOp op, uint64_t addr, uint64_t key, uint64_t op
 
 void VerbsWire::arm_wakeup() {
     if (!corked_.empty()) flush_corked();  // nothing deferred may wait out a sleep
-    ibv_req_notify_cq(cq_, 0);
+    ibv_req_notify_cq(recv_cq_, 0);
+    ibv_req_notify_cq(send_cq_, 0);
     // A completion that came before the request raises no event: look once more.
     ibv_wc wc[kPollBatch];
-    const int n = ibv_poll_cq(cq_, kPollBatch, wc);
-    if (n > 0) {
-        stashed_.insert(stashed_.end(), wc, wc + n);
-        wake_();
-    }
+    const int n = ibv_poll_cq(recv_cq_, kPollBatch, wc);
+    if (n > 0) stash_recv(wc, n);
+    if (n > 0 || poll_sends() > 0) wake_();
 }
 
 void VerbsWire::watch() {

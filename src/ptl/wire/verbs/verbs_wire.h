@@ -1,12 +1,18 @@
 // The verbs wire: processes on other hosts reached over an RDMA device (InfiniBand, RoCE;
-// soft-RoCE in the guest tests). Each direction between two processes is one reliable
-// connected QP, created by the first send and agreed over the tcp wire (verbs_control.h);
-// messages wait in order until it is up, or go over tcp when the peer has no verbs. Messages
-// land in receive buffers the receiver posted for that sender; the sender spends one credit
-// per buffer and the receiver returns them in batches (a zero-length send with the count in
-// its immediate data), so a message never meets a missing buffer. Larger messages span
-// several buffers. One completion queue serves every QP; a watcher thread turns completions
-// into a wake-up only while the engine sleeps.
+// soft-RoCE in the guest tests). Each pair of processes shares one reliable-connected QP for
+// both directions, created by whichever sends first (both at once: the lower (nid, pid)'s
+// attempt wins) and agreed over the tcp wire (verbs_control.h); messages wait in order until
+// it is up, or go over tcp when the peer has no verbs.
+//
+// Memory does not grow with peers: every QP receives from one shared receive queue (SRQ) of
+// srq_depth buffers, and sends leave from one pool of tx_bufs buffers (or straight from the
+// caller's memory when the device inlines them). Flow control: each peer may have `credits`
+// messages unhandled at the receiver; every send carries, in its immediate data, how many of
+// the peer's messages we consumed, and a receiver with nothing to send returns them by a
+// zero-length send. Credits of all peers together may exceed the SRQ: a message that finds
+// it empty is retried by the device (receiver-not-ready, forever), never lost, so bursts from
+// many peers at once slow down rather than fail. A peer thus costs a QP's send queue and a
+// little bookkeeping (PtlXWireUsage reports the sum).
 #pragma once
 
 #include <atomic>
@@ -29,14 +35,25 @@ namespace ptl::verbs {
 struct VerbsConfig {
     std::string device;                        // PTL_VERBS_DEVICE: name[:port]; empty: the first active one
     int gid_index = -1;                        // PTL_VERBS_GID_INDEX
-    uint32_t rx_depth = 64;                    // PTL_VERBS_RX_DEPTH: receive buffers per sending peer
+    uint32_t srq_depth = 2048;                 // PTL_VERBS_SRQ_DEPTH: receive buffers, shared by all peers
+    uint32_t tx_bufs = 256;                    // PTL_VERBS_TX_BUFS: send buffers, shared by all peers
+    uint32_t credits = 32;                     // PTL_VERBS_CREDITS: a peer's messages unhandled at once
     uint32_t buf_size = 8192;                  // PTL_VERBS_BUF_SIZE
+    uint32_t send_queue = 4096;                // PTL_VERBS_SEND_QUEUE: sends in flight, all peers together
+    long bulk_timeout_ms = 10000;              // PTL_VERBS_BULK_TIMEOUT_MS: an RDMA transfer's deadline
     uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
     long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
     uint8_t ack_timeout = 18;                  // QP ACK timeout exponent: 4.096 us << 18 = 1.07 s, 7 retries
     bool reg_cache = true;                     // registrations kept while their memory stays mapped
     uint64_t reg_cache_max = uint64_t(1) << 30;  // bytes of unused registrations kept
     bool stats = false;                          // counters on stderr when the wire closes
+};
+
+// What the wire holds on the device (PtlXWireUsage).
+struct VerbsUsage {
+    uint64_t pinned_bytes = 0;      // its own buffers and queues
+    uint64_t registered_bytes = 0;  // application memory: registration cache and one-sided regions
+    uint64_t peers = 0;             // connections up
 };
 
 class VerbsWire final : public Wire {
@@ -80,7 +97,7 @@ public:
                     uint64_t *old) override;
     void set_remote_done(RemoteDone done) override { remote_done_ = std::move(done); }
     size_t remote_inline() const override { return dev_->max_inline_data(); }
-    void reap_remote() override { poll_own_completions(); }
+    void reap_remote() override { poll_sends(); }
     void set_holding(bool holding) override;
     void report_handled_promptly(PeerId from) override;
     void set_peer_connected(std::function<void(PeerId)> f) override { peer_connected_ = std::move(f); }
@@ -91,28 +108,40 @@ public:
     void arm_wakeup();
     uint64_t take_malformed();
     const std::string &device_name() const { return dev_->name(); }
+    VerbsUsage usage() const;
 
 private:
-    enum class State { Connecting, Ready, OverControl, Failed };
-    struct OutConn {
+    // Accepted: our QP is connected, the peer's perhaps not yet; sends wait (make_ready).
+    enum class State { Connecting, Accepted, Ready, OverControl, Failed };
+    // What a posted send-queue entry holds until the device is done with it.
+    struct SqEntry {
+        int32_t tx_buf = -1;  // a send buffer of the pool
+        int32_t remote = -1;  // a one-sided operation (remote_ops_)
+        bool bulk = false;    // part of the bulk transfer in progress
+    };
+    struct Conn {
         PeerId peer{};
         uint32_t id = 0;
         State state = State::Connecting;
         ibv_qp *qp = nullptr;
         uint32_t psn = 0;
-        uint32_t epoch = 0;
+        uint32_t epoch = 0;  // of the attempt that made the connection (ours while connecting)
         uint64_t started_ns = 0;
+        // Sending.
         uint32_t credits = 0;
-        uint32_t peer_rx_depth = 0;             // credits when the receiver has handled all we sent
-        uint32_t peer_consumed = 0;             // the last count the receiver returned
-        bool peer_holding = false;              // its engine holds messages back (not yet handled)
+        uint32_t window = 0;                        // the peer's grant: credits when it handled all we sent
+        uint32_t peer_consumed = 0;                 // the last count the peer returned
+        bool peer_holding = false;                  // its engine holds messages back (not yet handled)
+        uint32_t buf_size = 0;                      // the peer's receive buffers
         uint32_t remote_ops = 0, remote_reads = 0;  // one-sided operations in flight
-        uint32_t buf_size = 0;                  // the receiver's buffers
-        uint32_t tx_head = 0, tx_tail = 0;      // sends posted / known complete (counts)
+        uint32_t bulk_inflight = 0;
+        bool bulk_failed = false;
+        std::vector<SqEntry> sq;  // by sequence number modulo its size
+        uint32_t sq_posted = 0, sq_done = 0;
+        uint32_t unsignaled = 0;
         std::deque<std::vector<char>> backlog;  // whole frames not yet posted, in order
         size_t backlog_off = 0;                 // bytes of the front frame already posted
-        std::unique_ptr<char[]> tx;             // tx_depth_ slots of buf_size bytes
-        ibv_mr *tx_mr = nullptr;
+        bool blocked = false;                   // in blocked_: waits for pool buffers or send queue
         // Sends filled and counted but not yet handed to the device, posted as one chain
         // (one doorbell): deferrable ones wait there for the next send or progress.
         static constexpr int kMaxHeld = 16;
@@ -120,87 +149,96 @@ private:
         ibv_sge held_sge[kMaxHeld];
         int held = 0;
         bool corked = false;  // in corked_: holds deferred sends
-        ~OutConn();
-    };
-    struct InConn {
-        PeerId peer{};
-        uint32_t id = 0;
-        ibv_qp *qp = nullptr;
-        uint32_t epoch = 0;
+        // Receiving.
         uint32_t consumed = 0, returned = 0;
-        uint32_t credit_sends = 0;  // posted, not completed
         std::vector<char> partial;  // a message spanning buffers
         size_t partial_want = 0;
-        bool failed = false;
-        bool prompt = false;         // report_handled_promptly
-        bool owing = false;          // in owing_
-        std::unique_ptr<char[]> rx;  // rx_depth slots of buf_size bytes
-        ibv_mr *rx_mr = nullptr;
-        ~InConn();
+        bool prompt = false;  // report_handled_promptly
+        bool owing = false;   // in owing_
+        ~Conn();
     };
 
     VerbsWire(PeerId self, const VerbsConfig &cfg, Wire *control)
         : self_(self), cfg_(cfg), control_(control) {}
     bool init(std::string *err);
-    OutConn *out_conn(PeerId to);
+    Conn *conn_to(PeerId to);
+    Conn *new_conn(PeerId peer);
+    void drop_conn(Conn &c);
+    bool make_ready(Conn &c, const ControlMsg &m, bool accepting, std::string *err);
+    void promote(Conn &c);
     void on_connect(PeerId from, const ControlMsg &c);
     void on_accept(PeerId from, const ControlMsg &c);
-    void fall_back(OutConn &c);
-    void fail_out(OutConn &c);
-    bool reserve_cq(uint32_t entries);
-    // Posts as much of the backlog as credits and send slots allow.
-    void drain(OutConn &c);
+    void fall_back(Conn &c);
+    void fail(Conn &c);
+    uint32_t sq_room(const Conn &c) const;
+    uint32_t credit_word(const Conn &c) const;
+    // Posts as much of the backlog as credits, buffers and the send queue allow.
+    void drain(Conn &c);
+    void drain_blocked();
     bool send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                     int payload_count, bool deferrable);
-    char *tx_slot(OutConn &c) const;
-    void hold_slot(OutConn &c, size_t len);
-    bool post_held(OutConn &c);
+    bool send_inline(Conn &c, const void *header, size_t header_len, const struct iovec *payload,
+                     int payload_count, size_t payload_len);
+    void hold_buf(Conn &c, uint32_t buf, size_t len);
+    bool post_held(Conn &c);
     void flush_corked();
-    void post_rx(InConn &c, uint32_t slot);
-    void post_credit_rx(OutConn &c);
-    void return_credits(InConn &c, bool now = false);
+    char *tx_buf(uint32_t b) const { return tx_mem_.get() + size_t(b) * cfg_.buf_size; }
+    // Takes the next send-queue entry of `c` for `e`; returns its sequence number.
+    uint32_t take_sq(Conn &c, const SqEntry &e);
+    void post_rx(uint32_t slot);
+    void return_credits(Conn &c, bool now = false, bool signal = false);
+    void reclaim_send_queue();
     void return_owed_credits();
-    void on_receive(InConn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
-    int handle_wc(const ibv_wc &wc, const MessageHandler &handler);
-    void remote_done(const ibv_wc &wc);
+    void on_receive(Conn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
+    int handle_recv(const ibv_wc &wc, const MessageHandler &handler);
+    void stash_recv(const ibv_wc *wc, int n);
+    void poll_credits();
+    // Send completions concern only what we sent: handled wherever they are met.
+    int poll_sends();
+    void on_send_done(const ibv_wc &wc);
+    void report_remote();
     struct RemoteOp;
-    OutConn *ready_for_remote(PeerId to, uint32_t need);
-    bool post_remote(OutConn &c, ibv_send_wr &wr, const RemoteCount &count, RemoteOp op);
+    Conn *ready_for_remote(PeerId to, uint32_t need);
+    bool post_remote(Conn &c, ibv_send_wr &wr, const RemoteCount &count, RemoteOp op);
     void open_loopback();
-    void poll_own_completions();
-    bool handled_all(const OutConn &c);
+    bool handled_all(Conn &c);
     int drain_stash(const MessageHandler &handler);
     void check_timeouts();
     bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
               const uint64_t *keys);
     void watch();
-    ControlMsg describe(ControlKind kind, ibv_qp *qp, uint32_t psn) const;
+    ControlMsg describe(ControlKind kind, const Conn &c) const;
 
     PeerId self_;
     VerbsConfig cfg_;
     Wire *control_;
     std::unique_ptr<Device> dev_;
     ibv_comp_channel *channel_ = nullptr;
-    ibv_cq *cq_ = nullptr;
-    uint32_t cq_size_ = 0, cq_used_ = 0;
-    uint32_t tx_depth_ = 0;
-    std::unordered_map<PeerId, std::unique_ptr<OutConn>, PeerIdHash> out_;
-    std::unordered_map<PeerId, std::unique_ptr<InConn>, PeerIdHash> in_;
-    std::unordered_map<uint32_t, OutConn *> out_by_id_;
-    std::unordered_map<uint32_t, InConn *> in_by_id_;
+    ibv_cq *send_cq_ = nullptr, *recv_cq_ = nullptr;
+    ibv_srq *srq_ = nullptr;
+    uint32_t sq_depth_ = 0;     // entries of each QP's send queue
+    uint32_t send_budget_ = 0;  // send-queue entries that may still be posted, all QPs
+    std::unique_ptr<char[]> rx_mem_, tx_mem_;
+    ibv_mr *rx_mr_ = nullptr, *tx_mr_ = nullptr;
+    std::vector<uint32_t> free_tx_;
+    std::unordered_map<PeerId, std::unique_ptr<Conn>, PeerIdHash> conns_;
+    std::unordered_map<uint32_t, Conn *> by_id_;
+    std::unordered_map<uint32_t, Conn *> by_qpn_;
     std::unordered_set<PeerId, PeerIdHash> dead_;
     uint32_t next_id_ = 1;
     uint32_t epoch_seed_ = 0;
     int connecting_ = 0;
+    uint32_t ready_ = 0;
     uint64_t malformed_ = 0;
-    std::deque<ibv_wc> stashed_;  // polled while arming or in a bulk transfer, oldest first
-    uint32_t bulk_seq_ = 0;
+    std::deque<ibv_wc> stashed_;  // receive completions polled, not yet handled, oldest first
     std::unique_ptr<RegCache> cache_;
     struct Export;
     std::unordered_set<Export *> exports_;  // handed to the engine, not yet released
-    std::vector<OutConn *> corked_;         // connections holding deferred sends
+    std::vector<Conn *> corked_;            // connections holding deferred sends
+    std::vector<Conn *> blocked_;           // connections waiting for send resources
     uint64_t rdma_ops_ = 0, rdma_bytes_ = 0;
-    // One-sided operations in flight, by the slot their work request names.
+    size_t remote_registered_ = 0;  // bytes of remote_register's regions
+    // One-sided operations in flight, by the slot their send-queue entry names.
     struct RemoteOp {
         uint64_t cookie = 0;
         RegCache::Region *region = nullptr;  // our side, unless inlined
@@ -210,6 +248,13 @@ private:
     };
     std::vector<RemoteOp> remote_ops_;
     std::vector<uint32_t> free_remote_ops_;
+    struct RemoteResult {
+        uint64_t cookie;
+        bool ok;
+        uint64_t fetched;
+    };
+    std::vector<RemoteResult> remote_results_;  // completed, to report outside a bulk transfer
+    bool in_bulk_ = false;
     // Words the device writes: old values of counters nobody reads, own_atomic's result, and
     // those our remote atomics fetch (one per atomic in flight).
     static constexpr uint32_t kAtomicResults = 1024;
@@ -227,7 +272,7 @@ private:
     RemoteDone remote_done_;
     std::function<void(PeerId)> peer_connected_;
     bool holding_ = false;
-    std::vector<InConn *> owing_;  // prompt connections that consumed since their last return
+    std::vector<Conn *> owing_;  // prompt connections that consumed since their last return
 
     std::function<void()> wake_;
     int stop_fd_ = -1;
