@@ -137,6 +137,11 @@ int Engine::progress_locked(uint64_t now_ns) {
     if (loop_->pending()) work += loop_->progress(deliver_);
     work += shm_->progress_with([this](const InMessage &m) { handle_message(m); });
     if (const uint64_t bad = shm_->take_malformed()) count_malformed(bad);
+#ifdef PTL_HAVE_VERBS
+    // While verbs carries every peer, tcp brings only setup news (a new peer's connection):
+    // looked for every millisecond, not at every poll (an epoll_wait each).
+    if (verbs_ && tcp_) tcp_->set_idle_poll_ns(verbs_->control_busy() ? 20000 : 1000000);
+#endif
     if (tcp_) {
         work += tcp_->progress(tcp_deliver_, t);
         if (const uint64_t bad = tcp_->take_malformed()) count_malformed(bad);

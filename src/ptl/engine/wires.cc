@@ -104,6 +104,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         vc.reg_cache_max = cfg_.verbs_reg_cache_max;
         vc.stats = cfg_.verbs_stats;
         vc.timeout_ms = cfg_.tcp_timeout_ms;
+        vc.defer_returns = cfg_.progress_thread;
         verbs_ = verbs::VerbsWire::create(
             self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);
         // Auto without a device is an ordinary host without RDMA; a named device or

@@ -55,8 +55,10 @@ public:
     // The next readiness of any socket calls `wake` once. Call after deciding to sleep.
     void arm_wakeup();
     // Another wire carries the data (verbs): this one sets up its connections and reaches the
-    // peers without it, so a poll that finds nothing is not repeated for kIdlePollNs.
+    // peers without it, so a poll that finds nothing is not repeated for `idle_poll_ns`
+    // (kIdlePollNs by default; the other wire says how long it can wait for setup news).
     void set_setup_only(bool on) { setup_only_ = on; }
+    void set_idle_poll_ns(uint64_t ns) { idle_poll_ns_ = ns; }
     // `hook(due_ns)` is called when a cork begins: its frames must leave by `due_ns` even if
     // nobody calls progress (the engine's progress thread sees to it).
     void set_cork_hook(std::function<void(uint64_t)> hook) { cork_hook_ = std::move(hook); }
@@ -130,6 +132,7 @@ private:
     uint64_t malformed_ = 0;
     uint64_t last_idle_poll_ns_ = 0;
     bool setup_only_ = false;
+    uint64_t idle_poll_ns_ = 20000;
     bool last_poll_idle_ = false;
 
     std::function<void()> wake_;

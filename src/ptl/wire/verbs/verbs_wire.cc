@@ -146,12 +146,20 @@ VerbsWire::~VerbsWire() {
     if (cfg_.stats && cache_) {
         const RegCacheStats &st = cache_->stats();
         const VerbsUsage u = usage();
+        const Counters &k = counters_;
         std::fprintf(
             stderr,
             "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; %llu bytes pinned for %llu peers; "
-            "registration cache %s: %llu hits, %llu misses, %llu uncached, %llu invalidated, %llu evicted\n",
+            "%llu sends in %llu doorbells (%llu credit returns), %llu receives (%llu credit returns), %llu "
+            "progress calls, %llu arms, %llu watcher wake-ups; registration cache %s: %llu hits, %llu "
+            "misses, "
+            "%llu uncached, %llu invalidated, %llu evicted\n",
             dev_->name().c_str(), (unsigned long long)rdma_ops_, (unsigned long long)rdma_bytes_,
-            (unsigned long long)u.pinned_bytes, (unsigned long long)u.peers, cache_->caching() ? "on" : "off",
+            (unsigned long long)u.pinned_bytes, (unsigned long long)u.peers, (unsigned long long)k.sends,
+            (unsigned long long)k.doorbells, (unsigned long long)k.credit_sends,
+            (unsigned long long)k.receives, (unsigned long long)k.credit_receives,
+            (unsigned long long)k.progress, (unsigned long long)k.arms,
+            (unsigned long long)watcher_wakes_.load(), cache_->caching() ? "on" : "off",
             (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.uncached,
             (unsigned long long)st.invalidated, (unsigned long long)st.evicted);
     }
@@ -225,6 +233,7 @@ VerbsWire::Conn *VerbsWire::new_conn(PeerId peer) {
     if (!(c->qp = dev_->create_qp(q, &err))) {
         print_peer("to", peer, err + "; using tcp");
         c->state = State::OverControl;
+        ++over_control_;
     } else {
         by_qpn_[c->qp->qp_num] = c.get();
     }
@@ -253,6 +262,8 @@ VerbsWire::Conn *VerbsWire::conn_to(PeerId to) {
 void VerbsWire::drop_conn(Conn &c) {
     if (c.state == State::Connecting) --connecting_;
     if (c.state == State::Ready || c.state == State::Accepted) --ready_;
+    if (c.state == State::Accepted) --accepting_;
+    if (c.state == State::OverControl) --over_control_;
     std::erase(owing_, &c);
     std::erase(corked_, &c);
     std::erase(blocked_, &c);
@@ -292,12 +303,14 @@ bool VerbsWire::make_ready(Conn &c, const ControlMsg &m, bool accepting, std::st
     c.buf_size = std::max<uint32_t>(256, m.buf_size);
     c.credits = c.window = std::max<uint32_t>(1, m.credits);
     c.state = accepting ? State::Accepted : State::Ready;
+    if (accepting) ++accepting_;
     ++ready_;
     return true;
 }
 
 void VerbsWire::promote(Conn &c) {
     c.state = State::Ready;
+    --accepting_;
     drain(c);
 }
 
@@ -357,6 +370,9 @@ void VerbsWire::on_accept(PeerId from, const ControlMsg &m) {
 }
 
 void VerbsWire::fall_back(Conn &c) {
+    if (c.state == State::Accepted) --accepting_;
+    if (c.state == State::Ready || c.state == State::Accepted) --ready_;
+    if (c.state != State::OverControl) ++over_control_;
     c.state = State::OverControl;
     for (auto &f : c.backlog) {
         FrameHead fh;
@@ -373,6 +389,8 @@ void VerbsWire::fail(Conn &c) {
     if (c.state == State::Failed) return;
     if (c.state == State::Connecting) --connecting_;
     if (c.state == State::Ready || c.state == State::Accepted) --ready_;
+    if (c.state == State::Accepted) --accepting_;
+    if (c.state == State::OverControl) --over_control_;
     c.state = State::Failed;
     c.held = 0;
     c.backlog.clear();
@@ -429,7 +447,11 @@ uint32_t VerbsWire::sq_room(const Conn &c) const {
     return std::min(sq_depth_ - (c.sq_posted - c.sq_done), send_budget_);
 }
 
-uint32_t VerbsWire::credit_word(const Conn &c) const {
+// What a send tells the peer: the count of its messages we consumed and whether we hold
+// messages back. Every send carries it, so the peer hears it from then on.
+uint32_t VerbsWire::credit_word(Conn &c) {
+    c.returned = c.consumed;
+    c.told_holding = holding_;
     return htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0));
 }
 
@@ -536,7 +558,8 @@ bool VerbsWire::send_inline(Conn &c, const void *header, size_t header_len, cons
     if (signal) c.unsignaled = 0;
     wr.wr_id = wr_id(kSend, c.id, take_sq(c, SqEntry{}));
     --c.credits;
-    c.returned = c.consumed;
+    ++counters_.doorbells;
+    ++counters_.sends;
     if (ibv_post_send(c.qp, &wr, &bad) == 0) return true;
     fail(c);
     return false;
@@ -566,7 +589,6 @@ void VerbsWire::hold_buf(Conn &c, uint32_t buf, size_t len) {
                     (c.remote_reads ? IBV_SEND_FENCE : 0);
     ++c.held;
     --c.credits;
-    c.returned = c.consumed;
 }
 
 bool VerbsWire::post_held(Conn &c) {
@@ -579,6 +601,8 @@ bool VerbsWire::post_held(Conn &c) {
         c.unsignaled = 0;
     }
     ibv_send_wr *bad = nullptr;
+    counters_.sends += uint64_t(c.held);
+    ++counters_.doorbells;
     c.held = 0;
     return ibv_post_send(c.qp, c.held_wr, &bad) == 0;
 }
@@ -664,11 +688,12 @@ void VerbsWire::return_credits(Conn &c, bool now, bool signal) {
     if (signal) c.unsignaled = 0;
     wr.send_flags = signal ? IBV_SEND_SIGNALED : 0;
     wr.wr_id = wr_id(kSend, c.id, take_sq(c, SqEntry{}));
+    ++counters_.doorbells;
+    ++counters_.credit_sends;
     if (ibv_post_send(c.qp, &wr, &bad) != 0) {
         fail(c);
         return;
     }
-    c.returned = c.consumed;
 }
 
 void VerbsWire::on_receive(Conn &c, uint32_t slot, uint32_t len, const MessageHandler &handler) {
@@ -720,24 +745,27 @@ void VerbsWire::on_receive(Conn &c, uint32_t slot, uint32_t len, const MessageHa
     }
     ++c.consumed;
     return_credits(c);
-    if (c.prompt && !c.owing && c.consumed != c.returned) {
-        c.owing = true;
-        owing_.push_back(&c);
-    }
+    if (c.prompt) owe(c);
 }
 
-// A peer that reaches our memory directly learns that we handled its messages when they run
-// out, not a quarter of the credits later: until then it may not go direct (ordering).
+// A peer that reaches our memory directly must hear soon what we handled (and whether we hold
+// messages back): until then it may not go direct (ordering). Told by our next send to it, or
+// else at our next progress (or before we sleep; cfg_.defer_returns): a reply that follows at
+// once, as in a ping-pong, carries it, and the peer gets no extra message.
+void VerbsWire::owe(Conn &c) {
+    if (c.owing) return;
+    c.owing = true;
+    owing_.push_back(&c);
+}
+
 void VerbsWire::return_owed_credits() {
     std::vector<Conn *> list;
     list.swap(owing_);
     for (Conn *c : list) {
         c->owing = false;
-        if (c->consumed != c->returned) return_credits(*c, true);
-        if (c->consumed != c->returned && c->state == State::Ready) {  // no room: at the next progress
-            c->owing = true;
-            owing_.push_back(c);
-        }
+        auto owed = [&] { return c->consumed != c->returned || c->told_holding != holding_; };
+        if (owed()) return_credits(*c, true);
+        if (owed() && c->state == State::Ready) owe(*c);  // no room: at the next progress
     }
 }
 
@@ -757,7 +785,11 @@ int VerbsWire::handle_recv(const ibv_wc &wc, const MessageHandler &handler) {
         post_rx(slot);
         return 1;
     }
-    if (wc.byte_len > 0) on_receive(*c, slot, wc.byte_len, handler);
+    if (wc.byte_len > 0)
+        on_receive(*c, slot, wc.byte_len, handler);
+    else
+        ++counters_.credit_receives;
+    ++counters_.receives;
     post_rx(slot);
     return 1;
 }
@@ -858,7 +890,9 @@ int VerbsWire::drain_stash(const MessageHandler &handler) {
 }
 
 int VerbsWire::progress(const MessageHandler &handler) {
+    ++counters_.progress;
     if (!corked_.empty()) flush_corked();
+    if (!owing_.empty()) return_owed_credits();
     int work = poll_sends();
     work += drain_stash(handler);
     ibv_wc wc[kPollBatch];
@@ -869,7 +903,7 @@ int VerbsWire::progress(const MessageHandler &handler) {
         work += drain_stash(handler);
         if (n < kPollBatch) break;
     }
-    if (!owing_.empty()) return_owed_credits();
+    if (!cfg_.defer_returns && !owing_.empty()) return_owed_credits();
     if (send_budget_ < cfg_.send_queue / 4) reclaim_send_queue();
     if (connecting_) check_timeouts();
     return work;
@@ -1063,9 +1097,11 @@ void VerbsWire::poll_credits() {
 void VerbsWire::set_holding(bool holding) {
     if (holding_ == holding) return;
     holding_ = holding;
-    // The peers that go direct must hear it at once: holding, they wait; released, they may go.
+    // The peers that go direct hear it with our next send or progress (owe): holding, they
+    // wait; released, they may go. A message held now was not yet returned to its sender, so
+    // the return that tells of it carries the holding bit.
     for (auto &[peer, c] : conns_)
-        if (c->prompt) return_credits(*c, true);
+        if (c->prompt) owe(*c);
 }
 
 void VerbsWire::report_handled_promptly(PeerId from) {
@@ -1262,6 +1298,8 @@ bool VerbsWire::own_atomic(AtomicOp op, uint64_t addr, uint64_t key, uint64_t op
 
 void VerbsWire::arm_wakeup() {
     if (!corked_.empty()) flush_corked();  // nothing deferred may wait out a sleep
+    if (!owing_.empty()) return_owed_credits();
+    ++counters_.arms;
     ibv_req_notify_cq(recv_cq_, 0);
     ibv_req_notify_cq(send_cq_, 0);
     // A completion that came before the request raises no event: look once more.
@@ -1281,6 +1319,7 @@ void VerbsWire::watch() {
             ibv_cq *cq;
             void *ctx;
             if (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
+                watcher_wakes_.fetch_add(1, std::memory_order_relaxed);
                 ibv_ack_cq_events(cq, 1);
                 wake_();
             }

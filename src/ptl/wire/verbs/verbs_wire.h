@@ -47,6 +47,10 @@ struct VerbsConfig {
     bool reg_cache = true;                     // registrations kept while their memory stays mapped
     uint64_t reg_cache_max = uint64_t(1) << 30;  // bytes of unused registrations kept
     bool stats = false;                          // counters on stderr when the wire closes
+    // Word of handled messages owed to a peer waits for our next send to it or our next
+    // progress; without (nobody may call progress again: PTL_PROGRESS=manual) it leaves at the
+    // end of the progress that handled them.
+    bool defer_returns = true;
 };
 
 // What the wire holds on the device (PtlXWireUsage).
@@ -109,6 +113,8 @@ public:
     uint64_t take_malformed();
     const std::string &device_name() const { return dev_->name(); }
     VerbsUsage usage() const;
+    // Whether the control wire has news for us soon: connections in setup, peers it carries.
+    bool control_busy() const { return connecting_ || accepting_ || over_control_; }
 
 private:
     // Accepted: our QP is connected, the peer's perhaps not yet; sends wait (make_ready).
@@ -155,6 +161,7 @@ private:
         size_t partial_want = 0;
         bool prompt = false;  // report_handled_promptly
         bool owing = false;   // in owing_
+        bool told_holding = false;  // the holding bit of the last word we sent
         ~Conn();
     };
 
@@ -171,7 +178,8 @@ private:
     void fall_back(Conn &c);
     void fail(Conn &c);
     uint32_t sq_room(const Conn &c) const;
-    uint32_t credit_word(const Conn &c) const;
+    uint32_t credit_word(Conn &c);
+    void owe(Conn &c);
     // Posts as much of the backlog as credits, buffers and the send queue allow.
     void drain(Conn &c);
     void drain_blocked();
@@ -228,7 +236,9 @@ private:
     uint32_t next_id_ = 1;
     uint32_t epoch_seed_ = 0;
     int connecting_ = 0;
-    uint32_t ready_ = 0;
+    uint32_t ready_ = 0;         // QPs connected (Accepted or Ready)
+    uint32_t accepting_ = 0;     // Accepted, not yet Ready
+    uint32_t over_control_ = 0;  // peers the control wire carries
     uint64_t malformed_ = 0;
     std::deque<ibv_wc> stashed_;  // receive completions polled, not yet handled, oldest first
     std::unique_ptr<RegCache> cache_;
@@ -237,6 +247,12 @@ private:
     std::vector<Conn *> corked_;            // connections holding deferred sends
     std::vector<Conn *> blocked_;           // connections waiting for send resources
     uint64_t rdma_ops_ = 0, rdma_bytes_ = 0;
+    struct Counters {  // PTL_VERBS_STATS
+        uint64_t sends = 0, doorbells = 0, credit_sends = 0, receives = 0, credit_receives = 0, progress = 0,
+                 arms = 0;
+    };
+    Counters counters_;
+    std::atomic<uint64_t> watcher_wakes_{0};
     size_t remote_registered_ = 0;  // bytes of remote_register's regions
     // One-sided operations in flight, by the slot their send-queue entry names.
     struct RemoteOp {
