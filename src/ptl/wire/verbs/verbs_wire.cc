@@ -190,7 +190,9 @@ VerbsUsage VerbsWire::usage() const {
     const uint64_t buffers = (uint64_t(cfg_.srq_depth) + cfg_.tx_bufs) * cfg_.buf_size + sizeof(Words);
     const uint64_t queues = (uint64_t(cfg_.srq_depth) + cfg_.send_queue) * 64 + uint64_t(cfg_.srq_depth) * 32;
     const uint64_t per_qp = uint64_t(sq_depth_) * dev_->send_wqe_bytes();
-    u.pinned_bytes = buffers + queues + per_qp * (conns_.size() + (loop_qp_ ? 1 : 0));
+    const uint64_t qps =
+        uint64_t(std::count_if(conns_.begin(), conns_.end(), [](const auto &c) { return c.second->qp; }));
+    u.pinned_bytes = buffers + queues + per_qp * (qps + (loop_qp_ ? 1 : 0));
     u.registered_bytes = (cache_ ? cache_->registered_bytes() : 0) + remote_registered_;
     u.peers = ready_;
     return u;
