@@ -12,7 +12,7 @@
 
 static int rank;
 
-static double now_us(void) {
+static inline double now_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
@@ -28,7 +28,7 @@ static double now_us(void) {
     } while (0)
 
 /* Waits until the CT reaches `target` (10 s bound: a lost message fails the run). */
-static void ct_wait(ptl_handle_ct_t ct, ptl_size_t target) {
+static inline void ct_wait(ptl_handle_ct_t ct, ptl_size_t target) {
     ptl_ct_event_t ev;
     unsigned int which;
     int rc = PtlCTPoll(&ct, &target, 1, 10000, &ev, &which);
