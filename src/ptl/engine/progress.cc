@@ -140,7 +140,7 @@ int Engine::progress_locked(uint64_t now_ns) {
 #ifdef PTL_HAVE_VERBS
     // While verbs carries every peer, tcp brings only setup news (a new peer's connection):
     // looked for every millisecond, not at every poll (an epoll_wait each).
-    if (verbs_ && tcp_) tcp_->set_idle_poll_ns(verbs_->control_busy() ? 20000 : 1000000);
+    if (verbs_ && tcp_) tcp_->set_idle_poll_ns(verbs_->control_busy() ? tcp::TcpWire::kIdlePollNs : 1000000);
 #endif
     if (tcp_) {
         work += tcp_->progress(tcp_deliver_, t);

@@ -26,7 +26,6 @@ namespace ptl::tcp {
 namespace {
 
 constexpr int kMaxIov = 64;
-constexpr uint64_t kIdlePollNs = 20000;  // with no connections, look for new ones this often (tcp_wire.h too)
 constexpr size_t kReadBudget = 1u << 20;  // per connection per progress call
 constexpr size_t kMaxCorkedBytes = 16384;  // deferred messages held per connection
 constexpr size_t kCorkFrameBytes = 1024;   // larger frames are worth a system call of their own
@@ -515,7 +514,7 @@ int TcpWire::progress(const MessageHandler &handler) {
 int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
     if (!corked_.empty()) flush_deferred();
     if (conns_.empty() || (setup_only_ && last_poll_idle_)) {  // only idle polls are rationed
-        if (now_ns - last_idle_poll_ns_ < (setup_only_ ? idle_poll_ns_ : kIdlePollNs)) return 0;
+        if (now_ns - last_idle_poll_ns_ < (setup_only_ ? idle_poll_ns_ : TcpWire::kIdlePollNs)) return 0;
         last_idle_poll_ns_ = now_ns;
     }
     epoll_event evs[64];

@@ -58,6 +58,7 @@ public:
     // peers without it, so a poll that finds nothing is not repeated for `idle_poll_ns`
     // (kIdlePollNs by default; the other wire says how long it can wait for setup news).
     void set_setup_only(bool on) { setup_only_ = on; }
+    static constexpr uint64_t kIdlePollNs = 20000;  // with no connections, look for new ones this often
     void set_idle_poll_ns(uint64_t ns) { idle_poll_ns_ = ns; }
     // `hook(due_ns)` is called when a cork begins: its frames must leave by `due_ns` even if
     // nobody calls progress (the engine's progress thread sees to it).
@@ -132,7 +133,7 @@ private:
     uint64_t malformed_ = 0;
     uint64_t last_idle_poll_ns_ = 0;
     bool setup_only_ = false;
-    uint64_t idle_poll_ns_ = 20000;
+    uint64_t idle_poll_ns_ = kIdlePollNs;
     bool last_poll_idle_ = false;
 
     std::function<void()> wake_;
