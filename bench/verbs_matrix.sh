@@ -17,7 +17,12 @@ module=$build/.libs/libuct_portals.so
 [ -f "$module" ] && [ -x "$build/bench/ptl_pingpong" ] ||
   { echo "verbs_matrix: no $module or bench/ptl_pingpong in $build (run contrib/build.sh)" >&2; exit 1; }
 
+# A ucx_perftest server opens the device its client names: the UCX rows' servers take the
+# other one through this preload (bench/perftest_dev_swap.c says why).
+swap=$build/bench/perftest_dev_swap.so
 if [ -z "${NETNS_VERBS_DEVICES:-}" ]; then
+  cc -O2 -shared -fPIC -o "$swap" "$top/bench/perftest_dev_swap.c" -ldl ||
+    { echo "verbs_matrix: cannot build $swap (libucx-dev?)" >&2; exit 1; }
   if [ "$(id -u)" = 0 ] && modprobe rdma_rxe 2>/dev/null; then
     exec "$top/contrib/guest-rxe-hosts.sh" 2 "$0" "$build"
   fi
@@ -54,6 +59,7 @@ pair() {
       s_args="-d eth0" c_args="-d eth0" uct_tl=portals ucp_tls=portals ;;
     *)
       s_env="UCX_NET_DEVICES=$d0:1" c_env="UCX_NET_DEVICES=$d1:1"
+      [ "$level" = uct ] && s_env="$s_env LD_PRELOAD=$swap PERFTEST_DEV_SWAP=$d1=$d0"
       s_args="-d $d0:1" c_args="-d $d1:1"
       [ "$tl" = rc_verbs ] && ucp_tls=rc_verbs,ud_verbs ;;  # UCP wires rc up over ud
   esac

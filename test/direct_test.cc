@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -673,4 +674,40 @@ TEST_F(Direct, F1_OperationsToADeadTargetFailInsteadOfLanding) {
     std::fflush(stdout);
     ptlrt_fini();
     _exit(::testing::Test::HasFailure() ? 1 : 0);  // TearDown's barrier would wait for the dead rank
+}
+
+// Over RDMA (remote_exports.h): a holder that did not answer a revocation in time
+// (PTL_DIRECT_REVOKE_MS; here it sits in a barrier, PTL_PROGRESS=manual) goes on with the key it
+// had, which the owner has deregistered since: the device refuses the access, the operation
+// fails instead of landing, and the owner counts as failed to the holder (issue 34: a bad
+// remote key). On shm there are no keys: skipped.
+TEST_F(Direct, F1_AnAccessWithARevokedKeyFailsAndCostsTheConnection) {
+    const char *direct = std::getenv("PTL_DIRECT");
+    if (!std::getenv("PTL_VERBS_DEVICE") || (direct && std::strcmp(direct, "0") == 0))
+        GTEST_SKIP() << "the direct path over verbs only";
+    if (me_) {
+        ptl_handle_le_t le = append_heap();
+        ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(PtlLEUnlink(le), PTL_OK);  // the holder never answers: deregistered after the bound
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // the holder's access failed
+        EXPECT_EQ(*word(heap_, 0), 0) << "a put landed in memory whose key was revoked";
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ptl_process_t phys;
+    std::vector<ptl_process_t> map(2);
+    ptl_size_t n = 0;
+    ASSERT_EQ(PtlGetMap(ni_, 2, map.data(), &n), PTL_OK);
+    phys = map[kTarget];
+    ASSERT_NO_FATAL_FAILURE(meet());
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ASSERT_EQ(ptlrt_barrier(), 0);  // the owner has revoked without us
+    int64_t v = 5;
+    ASSERT_EQ(PtlPut(md, ptl_size_t(&v), 8, PTL_ACK_REQ, to(kTarget), pt_, 0, 0, nullptr, 0), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_UNDELIVERABLE);
+    EXPECT_EQ(PtlXPeerAlive(ni_, phys), 0) << "a bad remote key leaves the peer failed";
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }
