@@ -185,6 +185,9 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
         f->free_ops = &f->ops[0];
         f->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         if (f->event_fd < 0) rc = PTL_FAIL;
+        // PTL_PROGRESS=manual: nothing would deliver while a caller sleeps. (An arm that
+        // works costs at most one spurious write to the event fd, which arming drains.)
+        if (rc == PTL_OK) f->can_wake = PtlXEQArm(f->eq, f->event_fd) != PTL_FAIL;
     }
     if (rc != PTL_OK) {
         ucs_error(
@@ -229,7 +232,8 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
                                             UCT_IFACE_FLAG_TAG_EAGER_ZCOPY | UCT_IFACE_FLAG_TAG_RNDV_ZCOPY
                                       : 0);
     attr->cap.event_flags =
-        UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV | UCT_IFACE_FLAG_EVENT_FD;
+        f->can_wake ? UCT_IFACE_FLAG_EVENT_SEND_COMP | UCT_IFACE_FLAG_EVENT_RECV | UCT_IFACE_FLAG_EVENT_FD
+                    : 0;
 
     attr->cap.put.max_short = f->max_put_short();
     attr->cap.put.max_bcopy = f->max_put_short();

@@ -171,6 +171,9 @@ struct Iface {
     std::deque<std::pair<Ep *, ucs_status_t>> failed_eps;  // error handler still to call
     // wake-up
     int event_fd = -1;
+    // Whether a sleeper can be woken (PtlXEQArm works: the engine has its progress thread);
+    // without, the iface advertises no events and UCP never arms it.
+    bool can_wake = true;
     // statistics (shown by uct_portals_iface_query's debug log and the tests)
     // Tag-matching counters (UCX_PORTALS_STATS=y prints them at close).
     struct TagStats {

@@ -39,7 +39,7 @@ struct ControlMsg {
 };
 static_assert(sizeof(ControlMsg) == 48);
 
-inline constexpr uint32_t kControlMagic = 0x50564232;  // "PVB2": one QP per pair
+inline constexpr uint32_t kControlMagic = 0x50564233;  // "PVB3": one QP per pair, words on demand
 
 // A tcp message is ours when its header is a ControlMsg (engine headers are 72 bytes).
 inline bool is_control(const InMessage &m) {

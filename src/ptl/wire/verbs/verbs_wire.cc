@@ -38,7 +38,8 @@ constexpr uint32_t kSignalEvery = 16;    // a send in this many asks for a compl
 // A send's immediate data: the count of the peer's buffers we consumed, and whether our
 // engine holds messages back (then consumed is not handled).
 constexpr uint32_t kHoldingBit = 0x80000000u;
-constexpr uint32_t kConsumedMask = 0x7fffffffu;
+constexpr uint32_t kWantBit = 0x40000000u;  // the sender asks for our word (it would go direct)
+constexpr uint32_t kConsumedMask = 0x3fffffffu;
 
 enum WrKind : uint64_t { kSend = 0, kRx = 2, kBulk = 4, kRemote = 5 };
 
@@ -454,7 +455,7 @@ uint32_t VerbsWire::sq_room(const Conn &c) const {
 uint32_t VerbsWire::credit_word(Conn &c) {
     c.returned = c.consumed;
     c.told_holding = holding_;
-    return htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0));
+    return htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0) | (c.want_word ? kWantBit : 0));
 }
 
 uint32_t VerbsWire::take_sq(Conn &c, const SqEntry &e) {
@@ -747,13 +748,15 @@ void VerbsWire::on_receive(Conn &c, uint32_t slot, uint32_t len, const MessageHa
     }
     ++c.consumed;
     return_credits(c);
-    if (c.prompt) owe(c);
+    if (c.prompt && (c.peer_wants || !cfg_.defer_returns)) owe(c);
 }
 
-// A peer that reaches our memory directly must hear soon what we handled (and whether we hold
+// A peer that reaches our memory directly must hear what we handled (and whether we hold
 // messages back): until then it may not go direct (ordering). Told by our next send to it, or
 // else at our next progress (or before we sleep; cfg_.defer_returns): a reply that follows at
-// once, as in a ping-pong, carries it, and the peer gets no extra message.
+// once, as in a ping-pong, carries it, and the peer gets no extra message. Owed only when the
+// peer asked (kWantBit) unless nobody may progress again (!defer_returns): a peer streaming
+// messages, which could not go direct anyway, costs no word per message.
 void VerbsWire::owe(Conn &c) {
     if (c.owing) return;
     c.owing = true;
@@ -813,6 +816,8 @@ void VerbsWire::stash_recv(const ibv_wc *wc, int n) {
         c.credits += fresh;
         c.peer_consumed = consumed;
         c.peer_holding = (imm & kHoldingBit) != 0;
+        c.peer_wants = (imm & kWantBit) != 0;
+        if (c.peer_wants && c.prompt) owe(c);  // also when it asks with a credit return
         if (fresh && !c.backlog.empty()) drain(c);
     }
 }
@@ -1117,7 +1122,12 @@ VerbsWire::Conn *VerbsWire::ready_for_remote(PeerId to, uint32_t need) {
     Conn &c = *it->second;
     // A peer the control wire saw die is not written to: its QP would take the retry time to
     // say so.
-    if (!handled_all(c) || control_->peer_dead(to)) return nullptr;
+    if (control_->peer_dead(to)) return nullptr;
+    // Not yet told that everything we sent was handled: this operation goes as a message,
+    // which asks the peer for its word (a receiver with a progress thread sends it only on
+    // request; cfg_.defer_returns), so the next one may go direct.
+    c.want_word = !handled_all(c);
+    if (c.want_word) return nullptr;
     if (c.remote_ops + need > kRemoteWindow || sq_room(c) < need) poll_sends();
     if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow || sq_room(c) < need) return nullptr;
     return &c;

@@ -47,9 +47,10 @@ struct VerbsConfig {
     bool reg_cache = true;                     // registrations kept while their memory stays mapped
     uint64_t reg_cache_max = uint64_t(1) << 30;  // bytes of unused registrations kept
     bool stats = false;                          // counters on stderr when the wire closes
-    // Word of handled messages owed to a peer waits for our next send to it or our next
-    // progress; without (nobody may call progress again: PTL_PROGRESS=manual) it leaves at the
-    // end of the progress that handled them.
+    // The word of handled messages a peer that goes direct needs: with (a progress thread),
+    // sent when the peer asks for it (a message it sent instead of going direct), with our
+    // next send to it or at our next progress; without (nobody may call progress again:
+    // PTL_PROGRESS=manual), for every message, at the end of the progress that handled it.
     bool defer_returns = true;
 };
 
@@ -138,6 +139,7 @@ private:
         uint32_t window = 0;                        // the peer's grant: credits when it handled all we sent
         uint32_t peer_consumed = 0;                 // the last count the peer returned
         bool peer_holding = false;                  // its engine holds messages back (not yet handled)
+        bool want_word = false;                     // we would go direct: our sends ask for its word
         uint32_t buf_size = 0;                      // the peer's receive buffers
         uint32_t remote_ops = 0, remote_reads = 0;  // one-sided operations in flight
         uint32_t bulk_inflight = 0;
@@ -161,6 +163,7 @@ private:
         size_t partial_want = 0;
         bool prompt = false;  // report_handled_promptly
         bool owing = false;   // in owing_
+        bool peer_wants = false;    // its last send asked for our word (it would go direct)
         bool told_holding = false;  // the holding bit of the last word we sent
         ~Conn();
     };
