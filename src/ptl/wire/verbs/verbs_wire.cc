@@ -420,6 +420,56 @@ void VerbsWire::on_control(const InMessage &m) {
     }
 }
 
+// A broken QP fails its peer; a port or device going down fails every peer; a port coming back
+// lets the peers it failed connect again (their next send, or theirs, sets up a new QP).
+void VerbsWire::handle_device_events() {
+    std::vector<DeviceEvent> list;
+    {
+        std::lock_guard<std::mutex> g(events_mu_);
+        list.swap(device_events_);
+        have_events_.store(false, std::memory_order_relaxed);
+    }
+    for (const DeviceEvent &e : list) {
+        const char *what = ibv_event_type_str(e.type);
+        if (e.qp_num) {
+            auto it = by_qpn_.find(e.qp_num);
+            if (it == by_qpn_.end() || it->second->state == State::Failed) continue;
+            print_peer("to", it->second->peer, std::string(what) + ": the peer counts as failed");
+            fail(*it->second);
+            continue;
+        }
+        switch (e.type) {
+            case IBV_EVENT_PORT_ERR:
+            case IBV_EVENT_DEVICE_FATAL:
+            case IBV_EVENT_CQ_ERR: {
+                std::fprintf(stderr, "portals: verbs device %s: %s; its peers count as failed\n",
+                             dev_->name().c_str(), what);
+                for (auto &[peer, c] : conns_) {
+                    if (c->state == State::Failed || c->state == State::OverControl) continue;
+                    c->port_failed = true;
+                    fail(*c);
+                }
+                break;
+            }
+            case IBV_EVENT_PORT_ACTIVE: {
+                std::vector<PeerId> back;
+                for (auto &[peer, c] : conns_)
+                    if (c->state == State::Failed && c->port_failed) back.push_back(peer);
+                for (const PeerId &p : back) {
+                    drop_conn(*conns_[p]);
+                    dead_.erase(p);
+                }
+                if (!back.empty())
+                    std::fprintf(stderr,
+                                 "portals: verbs device %s: port active again; %zu peers may reconnect\n",
+                                 dev_->name().c_str(), back.size());
+                break;
+            }
+            default: break;
+        }
+    }
+}
+
 void VerbsWire::check_timeouts() {
     const uint64_t now = monotonic_ns();
     for (auto &[peer, c] : conns_) {
@@ -898,6 +948,8 @@ int VerbsWire::drain_stash(const MessageHandler &handler) {
 
 int VerbsWire::progress(const MessageHandler &handler) {
     ++counters_.progress;
+    if (have_events_.load(std::memory_order_acquire)) [[unlikely]]
+        handle_device_events();
     if (!corked_.empty()) flush_corked();
     if (!owing_.empty()) return_owed_credits();
     int work = poll_sends();
@@ -1321,12 +1373,35 @@ void VerbsWire::arm_wakeup() {
     if (n > 0 || poll_sends() > 0) wake_();
 }
 
+// Also reads the device's asynchronous events (a QP broken, a port down or up, the device
+// lost): they are queued for the engine's thread, which acts on them at its next progress.
 void VerbsWire::watch() {
     pthread_setname_np(pthread_self(), "ptl-verbs-watch");
-    pollfd fds[2] = {{channel_->fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    pollfd fds[3] = {
+        {channel_->fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {dev_->context()->async_fd, POLLIN, 0}};
     while (!stop_.load(std::memory_order_acquire)) {
-        if (poll(fds, 2, -1) < 0) continue;
+        if (poll(fds, 3, -1) < 0) continue;
         if (stop_.load(std::memory_order_acquire)) break;
+        if (fds[2].revents & POLLIN) {
+            ibv_async_event ev;
+            if (ibv_get_async_event(dev_->context(), &ev) == 0) {
+                DeviceEvent d{ev.event_type, 0};
+                switch (ev.event_type) {
+                    case IBV_EVENT_QP_FATAL:
+                    case IBV_EVENT_QP_REQ_ERR:
+                    case IBV_EVENT_QP_ACCESS_ERR:
+                    case IBV_EVENT_PATH_MIG_ERR: d.qp_num = ev.element.qp->qp_num; break;
+                    default: break;
+                }
+                ibv_ack_async_event(&ev);
+                {
+                    std::lock_guard<std::mutex> g(events_mu_);
+                    device_events_.push_back(d);
+                }
+                have_events_.store(true, std::memory_order_release);
+                wake_();
+            }
+        }
         if (fds[0].revents & POLLIN) {
             ibv_cq *cq;
             void *ctx;

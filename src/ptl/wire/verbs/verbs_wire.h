@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -165,6 +166,7 @@ private:
         bool owing = false;   // in owing_
         bool peer_wants = false;    // its last send asked for our word (it would go direct)
         bool told_holding = false;  // the holding bit of the last word we sent
+        bool port_failed = false;   // failed by a port or device event: may reconnect when it is back
         ~Conn();
     };
 
@@ -215,6 +217,7 @@ private:
     bool handled_all(Conn &c);
     int drain_stash(const MessageHandler &handler);
     void check_timeouts();
+    void handle_device_events();
     bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
               const uint64_t *keys);
     void watch();
@@ -292,6 +295,15 @@ private:
     std::function<void(PeerId)> peer_connected_;
     bool holding_ = false;
     std::vector<Conn *> owing_;  // prompt connections that consumed since their last return
+
+    // Asynchronous device events, read by the watcher thread for the engine's.
+    struct DeviceEvent {
+        ibv_event_type type;
+        uint32_t qp_num;  // of a QP event; 0 for port and device events
+    };
+    std::mutex events_mu_;
+    std::vector<DeviceEvent> device_events_;
+    std::atomic<bool> have_events_{false};
 
     std::function<void()> wake_;
     int stop_fd_ = -1;
