@@ -128,6 +128,13 @@ protected:
         EXPECT_EQ(PtlEQFree(acks), PTL_OK);
         EXPECT_EQ(PtlPTFree(ni_, pt), PTL_OK);
     }
+    // Rank r's physical id (PtlXPeerAlive takes those).
+    ptl_process_t physical(int r) {
+        std::vector<ptl_process_t> map(2);
+        ptl_size_t n = 0;
+        EXPECT_EQ(PtlGetMap(ni_, 2, map.data(), &n), PTL_OK);
+        return map[size_t(r)];
+    }
     // The initiator's REPLY (or ACK) for its last operation; its failure type.
     ptl_ni_fail_t response() {
         ptl_event_t ev = next_event(md_eq_);
@@ -651,11 +658,7 @@ TEST_F(Direct, F1_OperationsToADeadTargetFailInsteadOfLanding) {
         _exit(0);      // gone without PtlFini, like a crash
     }
     ptl_handle_md_t md = bind_all();
-    ptl_process_t phys;
-    std::vector<ptl_process_t> map(2);
-    ptl_size_t n = 0;
-    ASSERT_EQ(PtlGetMap(ni_, 2, map.data(), &n), PTL_OK);
-    phys = map[kTarget];
+    const ptl_process_t phys = physical(kTarget);
     ASSERT_NO_FATAL_FAILURE(meet());  // between hosts: connections up, exports known
     ASSERT_EQ(ptlrt_barrier(), 0);
     int64_t warm = 1;  // the table of the target, looked up while it lives
@@ -696,11 +699,7 @@ TEST_F(Direct, F1_AnAccessWithARevokedKeyFailsAndCostsTheConnection) {
         return;
     }
     ptl_handle_md_t md = bind_all();
-    ptl_process_t phys;
-    std::vector<ptl_process_t> map(2);
-    ptl_size_t n = 0;
-    ASSERT_EQ(PtlGetMap(ni_, 2, map.data(), &n), PTL_OK);
-    phys = map[kTarget];
+    const ptl_process_t phys = physical(kTarget);
     ASSERT_NO_FATAL_FAILURE(meet());
     ASSERT_EQ(ptlrt_barrier(), 0);
     ASSERT_EQ(ptlrt_barrier(), 0);  // the owner has revoked without us
