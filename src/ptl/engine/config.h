@@ -15,6 +15,7 @@ struct Config {
     bool progress_thread = true;             // PTL_PROGRESS=thread|manual
     int progress_cpu = -1;                   // PTL_PROGRESS_CPU (-1: a core the caller is not on)
     long wait_spin_us = 500;                 // PTL_WAIT_SPIN_US: callers poll this long before sleeping
+    long busy_poll_gap_us = 20;  // PTL_BUSY_POLL_GAP_US: an app away shorter between polls serves its peers
     YieldMode wait_yield = YieldMode::Auto;  // PTL_WAIT_YIELD=auto|always|never
     uint64_t rndv_threshold = 16384;         // PTL_RNDV_THRESH: larger payloads move by bulk copy
     uint32_t shm_cells = 4096;               // PTL_SHM_CELLS

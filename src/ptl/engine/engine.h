@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../util/clock.h"
 #include "../util/futex_mutex.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
@@ -246,6 +247,8 @@ private:
         run_triggers();
         if (loop_->pending()) [[unlikely]]
             complete_own_operations();
+        if (stamp_returns_) [[unlikely]]
+            app_returned_ns_ = monotonic_ns();
     }
     void complete_own_operations();
 
@@ -452,7 +455,12 @@ private:
     std::atomic<bool> sleepers_armed_{false};
     std::atomic<uint32_t> active_pollers_{0};
     std::atomic<uint64_t> last_poll_ns_{0};
-    std::atomic<uint64_t> app_poll_gap_ns_{1000000000ull};  // smoothed time away between app_progress calls
+    // How many of the recent sampled app_progress calls came within PTL_BUSY_POLL_GAP_US of the
+    // application's previous call into the engine, smoothed, out of kShortPollsAll. A share, not
+    // a mean gap: on a small machine the polling thread is preempted now and then for
+    // milliseconds, and one such gap in a mean woke the progress thread to compete with it.
+    static constexpr uint32_t kShortPollsAll = 256;
+    std::atomic<uint32_t> app_short_polls_{0};
     // Nothing for a progress to do but read the shm ring (no held message, loopback, shm
     // backlog, tcp connection, pending trigger): app_progress_take may then answer an idle
     // poll without the lock. Set under the lock at the end of each progress and data operation.
@@ -516,7 +524,8 @@ private:
     uint64_t coarse_now_ns_ = 0;
     uint32_t coarse_calls_ = 0;
     std::atomic<uint32_t> app_calls_{0};  // incremented without RMW: a lost count only shifts sampling
-    uint64_t app_returned_ns_ = 0;        // when the call before a sampled app_progress returned
+    uint64_t app_returned_ns_ = 0;        // when the app last left the engine before a sampled app_progress
+    bool stamp_returns_ = false;          // a sampled app_progress is next: API calls note their return
     MessageHandler deliver_;              // handle_message, built once
     MessageHandler tcp_deliver_;          // deliver_, less the verbs wire's connection setup
     std::unique_ptr<class ProgressThread> progress_thread_;

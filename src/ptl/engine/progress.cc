@@ -85,25 +85,32 @@ int Engine::app_progress_locked() {
     // The progress thread stays out of the way only of an application that polls
     // continuously; one that calls in now and then (a server checking its socket every
     // millisecond) must not hold up the peers it serves. What tells them apart is the time
-    // the application spends away between calls, not the time between calls: a poll of a
-    // slow machine's wires (an emulated guest's system calls) is long itself, and counting it
-    // had the progress thread compete for the CPU with an application that never stopped
-    // polling. Sampled every kAppSampleCalls calls (the clock costs as much as a poll): the
-    // call before a sampled one notes when it returned.
+    // the application spends away from the engine, not the time between polls: a poll of a
+    // slow machine's wires (an emulated guest's system calls) is long itself, and so are the
+    // sends a streaming sender makes between its polls (a doorbell each), and counting either
+    // had the progress thread compete for the CPU and the lock with an application that never
+    // stopped calling in (UCT am_bw over verbs: a context switch per message). Sampled every
+    // kAppSampleCalls polls (the clock costs as much as a poll): from the poll before a
+    // sampled one, every API call notes when it returned (finish_call).
     const uint32_t calls = app_calls_.load(std::memory_order_relaxed) + 1;
     app_calls_.store(calls, std::memory_order_relaxed);
     const uint32_t turn = calls % kAppSampleCalls;
     if (turn == 0) {
+        stamp_returns_ = false;
         const uint64_t t = monotonic_ns();
         const uint64_t away = t > app_returned_ns_ ? t - app_returned_ns_ : 0;
         last_poll_ns_.store(t, std::memory_order_relaxed);
-        const uint64_t avg = app_poll_gap_ns_.load(std::memory_order_relaxed);
-        app_poll_gap_ns_.store(avg - avg / 8 + std::min<uint64_t>(away, 1000000000ull) / 8,
+        const uint32_t share = app_short_polls_.load(std::memory_order_relaxed);
+        const bool short_gap = away < uint64_t(cfg_.busy_poll_gap_us) * 1000;
+        app_short_polls_.store(share - share / 8 + (short_gap ? kShortPollsAll / 8 : 0),
                                std::memory_order_relaxed);
         return progress_locked(t);
     }
     const int work = progress_locked();
-    if (turn == kAppSampleCalls - 1) app_returned_ns_ = monotonic_ns();
+    if (turn == kAppSampleCalls - 1) {
+        app_returned_ns_ = monotonic_ns();
+        stamp_returns_ = true;
+    }
     return work;
 }
 

@@ -47,19 +47,27 @@ void place(int cpu, int caller_cpu) {
     hwloc_topology_destroy(topo);
 }
 
-constexpr long kParkNs = 5000000;           // 5 ms
-constexpr uint64_t kBusyPollGapNs = 20000;  // 20 us
+constexpr long kParkNs = 5000000;  // 5 ms
 
 }  // namespace
 
-bool ProgressThread::recently_polled() const {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
-    if (now - engine_.last_poll_ns_.load(std::memory_order_relaxed) >= uint64_t(2 * kParkNs)) return false;
-    // Waits poll continuously (their gap is 0); app_progress callers only when they call in
+bool ProgressThread::recently_polled() {
+    const uint64_t now = monotonic_ns();
+    const uint64_t last_poll = engine_.last_poll_ns_.load(std::memory_order_relaxed);
+    if (last_poll == 0) return false;  // handed back: a waiter is going to sleep
+    // Polls are sampled (app_progress_locked), and the samples of an application that never
+    // stops calling in can be far apart: a preempted lock holder (this thread, on a small
+    // machine) holds up its calls for a whole time slice, and treating it as gone then made
+    // this thread compete harder. Any poll this thread sees counted since its last look says
+    // the application is there too.
+    if (const uint32_t calls = engine_.app_calls_.load(std::memory_order_relaxed); calls != seen_calls_) {
+        seen_calls_ = calls;
+        seen_calls_ns_ = now;
+    }
+    if (now - std::max(last_poll, seen_calls_ns_) >= uint64_t(2 * kParkNs)) return false;
+    // Waits poll continuously (their share is full); app_progress callers only when they call in
     // often enough to serve their peers themselves.
-    return engine_.app_poll_gap_ns_.load(std::memory_order_relaxed) < kBusyPollGapNs;
+    return engine_.app_short_polls_.load(std::memory_order_relaxed) >= Engine::kShortPollsAll / 2;
 }
 
 ProgressThread::ProgressThread(Engine &e, int cpu)

@@ -22,7 +22,7 @@ public:
 
 private:
     void run(int cpu, int caller_cpu);
-    bool recently_polled() const;
+    bool recently_polled();
     // Waits (parked or asleep) unless progress fell due meanwhile; `wait` gets the futex value
     // park_word_ had before the check.
     template <class Wait>
@@ -32,6 +32,8 @@ private:
     std::atomic<uint32_t> park_word_{0};
     std::atomic<uint64_t> flush_due_ns_{0};  // 0: nothing due
     std::atomic<bool> waiting_{false};
+    uint32_t seen_calls_ = 0;     // the engine's app_calls_ at this thread's last look
+    uint64_t seen_calls_ns_ = 0;  // when that look found it changed
     std::thread thread_;
 };
 

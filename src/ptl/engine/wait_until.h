@@ -31,7 +31,8 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
             polling = false;
             // A caller about to sleep hands progress back at once.
             last_poll_ns_.store(going_to_sleep ? 0 : monotonic_ns(), std::memory_order_relaxed);
-            if (!going_to_sleep) app_poll_gap_ns_.store(0, std::memory_order_relaxed);  // it spun
+            if (!going_to_sleep)
+                app_short_polls_.store(kShortPollsAll, std::memory_order_relaxed);  // it spun
             if (active_pollers_.fetch_sub(1) == 1 && going_to_sleep && progress_thread_)
                 progress_thread_->poke();
         }
