@@ -12,10 +12,11 @@ extern "C" {
 using namespace uct_portals;
 
 ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
-                                      uint64_t hdr_data, int tx_desc, size_t length) {
+                                      uint64_t hdr_data, int tx_desc, size_t length, bool awaits_report) {
     Iface *f = ep->iface;
     Peer &p = *ep->window;
     MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
+    m.ask = f->windows.should_ask(p, awaits_report, f->tx_window, f->tx_free.size() < f->tx_descs / 4);
     if (const uint16_t g = f->windows.take_piggy_grant(p)) {
         m.grant = true;
         m.fetch_length = g;
@@ -25,6 +26,7 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
                           PTL_NO_ACK_REQ, ep->peer, pt, bits, encode_msg(m), nullptr, hdr_data);
     if (rc != PTL_OK) {
         if (m.grant) f->windows.owe_again(p, m.fetch_length);
+        if (m.ask) f->windows.ask_again(p);
         f->tx_free.push_back(tx_desc);
         return status_of(rc);
     }
@@ -113,6 +115,6 @@ extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, cons
     int d;
     const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
+    const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), true);
     return s == UCS_OK ? f->complete_on_arrival(ep, comp) : s;
 }

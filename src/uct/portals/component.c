@@ -51,7 +51,7 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
 
     {"GRANT_BATCH", "16",
      "A receiver reports processed messages to their sender when this many are owed (or\n"
-     "with its next message to that sender, or when progress finds nothing to do).\n"
+     "with its next message to that sender, when the sender asked, or after 1 ms idle).\n"
      "Keep it below the senders' TX_WINDOW.",
      ucs_offsetof(uct_portals_iface_config_t, grant_batch), UCS_CONFIG_TYPE_UINT},
 

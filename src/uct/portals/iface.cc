@@ -127,7 +127,7 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     if (params->field_mask & UCT_IFACE_PARAM_FIELD_HW_TM_RNDV_ARG) f->rndv_arg = params->rndv_arg;
 
     const unsigned tx_queue_len = std::max(cfg->tx_queue_len, 1u);
-    const unsigned tx_descs = std::max(cfg->tx_descs, 1u);
+    const unsigned tx_descs = f->tx_descs = std::max(cfg->tx_descs, 1u);
     const unsigned rx_descs = std::max(cfg->rx_descs, 1u);
     // Every event has a bounded source: a descriptor, a posted receive, an operation in
     // flight (one ACK or REPLY, one GET of its source), a message fetched from its sender or

@@ -151,6 +151,7 @@ struct Iface {
     PeerWindows windows;               // peer ifaces (peer_window.h)
     std::vector<Peer *> flush_checks;  // peers whose grants may complete flushes
     unsigned tx_window = 0;
+    unsigned tx_descs = 0;  // the send buffers, all peers together
     ptl_handle_me_t tx_pool_me = PTL_INVALID_HANDLE;
     ptl_handle_me_t probe_me = PTL_INVALID_HANDLE;
     std::vector<Op> ops;
@@ -337,7 +338,8 @@ inline Ep *ep_of(uct_ep_h ep) {
 
 // Issue an operation on an ep, returning UCS_ERR_NO_RESOURCE when the iface is out of ops.
 // Sends a message from a send buffer (held until the receiver reports it processed).
+// `awaits_report`: the send completes when the receiver reports it processed (zcopy).
 ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits, uint64_t hdr_data,
-                         int tx_desc, size_t length);
+                         int tx_desc, size_t length, bool awaits_report = false);
 
 }  // namespace uct_portals

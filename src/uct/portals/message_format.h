@@ -14,10 +14,11 @@ namespace uct_portals {
 
 // The remote offset of a message to a receive portal carries what the receiver needs to
 // fetch it if it was truncated (receive descriptors place data at locally managed offsets,
-// so the field is otherwise unused): [grant:1][kind:3][sender ctl portal:8][16 bits]
-// [offset in the sender's send-buffer pool:36]. A rendezvous' announcement is put with zero
+// so the field is otherwise unused): [grant:1][kind:3][sender ctl portal:8][16 bits][ask:1]
+// [offset in the sender's send-buffer pool:35]. A rendezvous' announcement is put with zero
 // bytes and fetched by its key (see tag.cc): the 16 bits are its length. Other messages are
-// fetched by rlength; with the grant bit set, their 16 bits are a grant (peer_window.h).
+// fetched by rlength; with the grant bit set, their 16 bits are a grant (peer_window.h). The
+// ask bit asks the receiver to report what it processed without waiting (peer_window.h).
 enum class MsgKind : uint8_t { Am = 1, TagEager = 2, TagRndv = 3, TagRndvRequest = 4 };
 
 struct MsgInfo {
@@ -26,18 +27,20 @@ struct MsgInfo {
     uint64_t src_offset;
     uint16_t fetch_length = 0;  // or the grant
     bool grant = false;
+    bool ask = false;
 };
 
-constexpr unsigned kMsgOffsetBits = 36;
+constexpr unsigned kMsgOffsetBits = 35;
 constexpr uint64_t kMaxTxPoolBytes = 1ull << kMsgOffsetBits;
 
 inline uint64_t encode_msg(const MsgInfo &m) {
     return (uint64_t(m.grant) << 63) | (uint64_t(m.kind) << 60) | (uint64_t(m.src_pt) << 52) |
-           (uint64_t(m.fetch_length) << kMsgOffsetBits) | (m.src_offset & (kMaxTxPoolBytes - 1));
+           (uint64_t(m.fetch_length) << 36) | (uint64_t(m.ask) << kMsgOffsetBits) |
+           (m.src_offset & (kMaxTxPoolBytes - 1));
 }
 inline MsgInfo decode_msg(uint64_t v) {
     return {MsgKind((v >> 60) & 7), uint8_t(v >> 52), v & (kMaxTxPoolBytes - 1),
-            uint16_t(v >> kMsgOffsetBits), bool(v >> 63)};
+            uint16_t(v >> 36),      bool(v >> 63),    bool((v >> kMsgOffsetBits) & 1)};
 }
 
 // A rendezvous' header data: [data length:32][key:32]. The key names the sender's ME for

@@ -30,17 +30,24 @@ uint32_t PeerWindows::release(Peer &p, uint32_t count, std::vector<int> &freed) 
     return count;
 }
 
-void PeerWindows::processed_from(Peer &p) {
+void PeerWindows::processed_from(Peer &p, bool ask) {
     if (p.owed++ == 0) p.owed_since = ucs_get_time();
     if (p.owed >= setup_.grant_batch) {
         send_grant(p);
-    } else if (!p.in_owing_list) {
+        return;
+    }
+    if (ask) {
+        p.asked = true;
+        asked_ = true;
+    }
+    if (!p.in_owing_list) {
         p.in_owing_list = true;
         owing_.push_back(&p);
     }
 }
 
 void PeerWindows::send_grant(Peer &p) {
+    p.asked = false;
     const uint32_t g = std::exchange(p.owed, 0u);
     const int rc = PtlPut(setup_.md, setup_.zero_source, 0, PTL_NO_ACK_REQ, p.proc, p.ctl_pt,
                           kGrantBits | setup_.own_ctl_pt, 0, nullptr, g);
@@ -51,8 +58,9 @@ void PeerWindows::send_grant(Peer &p) {
 
 void PeerWindows::send_owed_grants(ucs_time_t now, bool all) {
     const ucs_time_t due = now - setup_.idle_grant_delay;
+    asked_ = false;
     std::erase_if(owing_, [&](Peer *p) {
-        if (p->owed && !all && p->owed_since > due) return false;
+        if (p->owed && !all && !p->asked && p->owed_since > due) return false;
         if (p->owed) send_grant(*p);
         p->in_owing_list = false;
         return true;

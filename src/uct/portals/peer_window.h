@@ -3,8 +3,14 @@
 // receiver has processed it: the message may have met the receiver's catch-all and be
 // fetched from that buffer. The receiver counts what it processed per sender iface and
 // returns the count in "grants": 16 bits of the next message it sends that way, or a
-// zero-byte put to the sender's ctl portal once GRANT_BATCH are owed or its progress finds
-// nothing to do. Grants are deltas, so state outlives neither side's iface: a stale
+// zero-byte put to the sender's ctl portal once GRANT_BATCH are owed, at the end of the
+// progress call that processed a message asking for it, or when its progress has found
+// nothing to do for kIdleGrantDelayUs. A sender asks (a bit in the message) when it will need
+// the report: the send is zcopy (it completes by the report), or half its window or three
+// quarters of its send buffers are held; at most once a quarter window. Granting whenever the
+// receiver went idle instead cost a grant, a doorbell on RDMA, every other message of a stream
+// over a slow wire, where the receiver is idle between most messages.
+// Grants are deltas, so state outlives neither side's iface: a stale
 // absolute count would strand a new iface on a reused portal index. TX_WINDOW bounds the
 // buffers one peer holds. A flush completes when the messages before it were reported
 // processed or an acknowledged probe put after them came back (the engine executes a peer's
@@ -56,6 +62,7 @@ struct Peer {
     // how many messages were sent; so sent - held.size() are known processed.
     Ring<int> held;
     uint64_t sent = 0;
+    uint64_t asked_at = 0;  // `sent` after the last message that asked for a report
     // The flush probe: one at a time; `probed` messages are known to have arrived.
     Op probe_op;
     bool probe_in_flight = false;
@@ -64,6 +71,7 @@ struct Peer {
     // Receiving from it: messages processed and not yet reported.
     uint32_t owed = 0;
     ucs_time_t owed_since = 0;  // when the oldest of them was processed
+    bool asked = false;         // one of them asked for a report
     bool in_owing_list = false;
     bool arrived(uint64_t mark) const { return sent - held.size() >= mark || probed >= mark; }
 };
@@ -80,8 +88,9 @@ public:
         ucs_time_t idle_grant_delay = 0;          // how long an idle receiver lets grants wait
     };
     void setup(const Setup &s) { setup_ = s; }
-    // The idle_grant_delay the iface sets up.
-    static constexpr double kIdleGrantDelayUs = 20;
+    // The idle_grant_delay the iface sets up: only buffers nobody waits for wait that long
+    // (a sender that needs them asks).
+    static constexpr double kIdleGrantDelayUs = 1000;
 
     Peer &peer(const ptl_process_t &proc, uint8_t peer_ctl_pt) {
         if (last_ && last_->proc.phys.nid == proc.phys.nid && last_->proc.phys.pid == proc.phys.pid &&
@@ -95,6 +104,17 @@ public:
         p.held.push_back(tx_desc);
         ++p.sent;
     }
+    // Whether the next message to `p` asks for a report (noted as asked if so): it must
+    // (`awaits_report`), or the sender runs short of buffers (half of `tx_window` held by
+    // `p`, or `pool_low`) and has not asked in the last quarter window.
+    bool should_ask(Peer &p, bool awaits_report, unsigned tx_window, bool pool_low) {
+        const bool short_of_buffers = pool_low || 2 * (p.held.size() + 1) >= tx_window;
+        if (!awaits_report && !(short_of_buffers && 4 * (p.sent + 1 - p.asked_at) >= tx_window)) return false;
+        p.asked_at = p.sent + 1;
+        return true;
+    }
+    // The message that asked was not sent.
+    void ask_again(Peer &p) { p.asked_at = 0; }
     // Up to `count` of the buffers `p` holds, oldest first, appended to `freed`; how many.
     // More than is held comes only from a peer that granted an earlier iface on our portal
     // index: nothing of ours is behind it.
@@ -106,21 +126,21 @@ public:
     void probe_answered(Peer &p, bool arrived);
 
     // Receiving: counted before the message is handed to UCP, so an answer sent from the
-    // callback carries the grant.
-    void processed_from(Peer &p);
+    // callback carries the grant. `ask`: the message asked for a report.
+    void processed_from(Peer &p, bool ask);
     // The grant to piggy-back on a message to `p` (0: none owed); taken from what is owed.
     uint16_t take_piggy_grant(Peer &p) {
         const uint32_t g = std::min(p.owed, kMaxPiggyGrant);
         p.owed -= g;
+        if (p.owed == 0) p.asked = false;
         return uint16_t(g);
     }
     // A piggy-backed grant that could not be sent is owed again.
     void owe_again(Peer &p, uint16_t grant) { p.owed += grant; }
-    // Grants owed since before now - idle_grant_delay (all: every one), for a progress call
-    // that found nothing to do. A receiver that keeps up with its sender is idle between
-    // most messages: granting at once there would cost a grant per message.
+    // Grants asked for, and those owed since before now - idle_grant_delay (all: every one).
     void send_owed_grants(ucs_time_t now, bool all);
     bool owes_grants() const { return !owing_.empty(); }
+    bool was_asked() const { return asked_; }
 
 private:
     Peer &find(const ptl_process_t &proc, uint8_t peer_ctl_pt);
@@ -130,6 +150,7 @@ private:
     std::unordered_map<PeerKey, std::unique_ptr<Peer>, PeerKeyHash> peers_;  // as long as the iface
     Peer *last_ = nullptr;       // most traffic comes from one peer at a time
     std::vector<Peer *> owing_;  // peers owed a grant
+    bool asked_ = false;         // some of them asked
 };
 
 }  // namespace uct_portals

@@ -72,6 +72,7 @@ unsigned Iface::progress() {
         tag_rx.give_back_when_idle();
         if (windows.owes_grants()) windows.send_owed_grants(progress_clock, false);
     }
+    if (windows.was_asked()) windows.send_owed_grants(progress_clock, false);  // the batch's asks at once
     if (!eps.empty() && progress_clock >= next_peer_check) {
         next_peer_check = progress_clock + ucs_time_from_msec(kPeerCheckMs);
         check_peers();
@@ -275,7 +276,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
     }
     if (r.ready && deliver_at_once && rx_fifo.empty() && delivered_at_once < kMaxDeliveries) {
         ++delivered_at_once;
-        if (r.from) windows.processed_from(*r.from);
+        if (r.from) windows.processed_from(*r.from, r.msg.ask);
         deliver_one(ev, r);
         return;
     }
@@ -317,7 +318,7 @@ unsigned Iface::deliver_rx(unsigned budget) {
     while (n < budget && !rx_fifo.empty() && rx_fifo.front().ready) {
         RxEvent r = rx_fifo.front();  // a handler's receive post may grow the fifo
         rx_fifo.pop_front();
-        if (r.from) windows.processed_from(*r.from);
+        if (r.from) windows.processed_from(*r.from, r.msg.ask);
         deliver_one(r.ev, r);
         ++n;
     }

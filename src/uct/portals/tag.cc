@@ -17,8 +17,9 @@ using namespace uct_portals;
 
 namespace {
 
-ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length) {
-    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length);
+ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length,
+                        bool awaits_report = false) {
+    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length, awaits_report);
 }
 
 uct_portals_rkey_t rkey_for(Iface *f, const uct_iov_t *iov, uint64_t key) {
@@ -67,7 +68,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     int d;
     const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
     if (len < 0) return ucs_status_t(len);
-    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len));
+    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len), true);
     return s == UCS_OK ? f->complete_on_arrival(ep, comp) : s;
 }
 
