@@ -7,7 +7,8 @@
 # with the target on another host, where puts and gets are RDMA writes and reads, 64-bit
 # sums and compare-and-swaps device atomics, and an access with a revoked key fails; a peer
 # killed in the middle of an RDMA read and of an RDMA write (test/run_bulk_failure.sh); a
-# 16-rank all-to-all across two hosts. Then checks
+# host's RDMA port going down and coming back (test/port_failure_test.cc); a 16-rank
+# all-to-all across two hosts. Then checks
 # that each device carried RDMA traffic, so a silent fallback to tcp fails the test.
 #   test/run_verbs_guest.sh [BUILD_DIR]   (default: _build)
 # Exit status 77 (skipped) where no virtual machine can run.
@@ -32,6 +33,9 @@ $top/contrib/guest-rxe-hosts.sh 4 sh -c '
   NETNS_HOSTS="\$1 \$2" PTL_PROGRESS=manual $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh \
     $build/test/direct_tests --gtest_brief=1 --gtest_filter="*AfterMeeting*:*O6_*:*A10_*:*F12_*:*U4_*:*C5_*:*F1_*" || exit 1
   $top/test/run_bulk_failure.sh || exit 1
+  echo "== the RDMA port of the first host down and up again (port_failure_test, 2 ranks on 2 hosts): error events, then reconnection"
+  NETNS_HOSTS="\$1 \$2" $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh $build/test/port_failure_test \
+    --gtest_brief=1 || exit 1
   echo "== 16 ranks on 2 hosts, 8 RDMA peers each: mp_tests all-to-all puts, atomics and tagged sends into one rank, zero-copy ring"
   NETNS_HOSTS="\$1 \$2" $build/ptlrun -n 16 --timeout 600 $top/contrib/netns-exec-rank.sh $build/test/mp_tests \
     --gtest_brief=1 --gtest_filter="Job.NoAckPuts*:Job.AtomicsContention*:Job.MatchedSends*:Job.LargeZeroCopy*" || exit 1
