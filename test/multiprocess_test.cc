@@ -298,6 +298,63 @@ TEST_F(Job, LargeZeroCopyTransfersAroundTheRing) {
     ASSERT_EQ(ptlrt_barrier(), 0);  // peers finished reading our buffers
 }
 
+// G11 (ordered delivery between a pair): a large put, then small puts over both of its ends
+// and a get of its start, issued back to back. Over RDMA the large one's data is pulled by
+// the target's device while the small ones arrive: they must wait for it, or the pull would
+// land over them (the verbs wire moves such data without holding up the engine).
+TEST_F(Job, G11_SmallPutsAndAGetAfterALargePutLandAfterIt) {
+    const size_t len = size_t(4) << 20;
+    const int n = nranks();
+    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    std::vector<unsigned char> big(len, static_cast<unsigned char>(0x40 + rank())), dst(len, 0), got(16, 0);
+    const uint64_t head = 0x1111111111111111ull * uint64_t(rank() + 1), tail = ~head;
+    ptl_handle_ct_t rx;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
+    ptl_me_t me = me_from(prev, dst.data(), len,
+                          PTL_ME_OP_PUT | PTL_ME_OP_GET | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE |
+                              PTL_ME_EVENT_COMM_DISABLE,
+                          3, 0, rx);
+    ptl_handle_me_t h;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ptl_handle_md_t bmd = bind(big.data(), len), hmd = bind(const_cast<uint64_t *>(&head), 8),
+                    tmd = bind(const_cast<uint64_t *>(&tail), 8), gmd = bind(got.data(), got.size());
+    // A first small put connects (an RDMA wire sends large data as rendezvous only once connected).
+    ASSERT_EQ(PtlPut(hmd, 0, 8, PTL_ACK_REQ, to(next), pt_, 3, 0, nullptr, 0), PTL_OK);
+    for (bool acked = false; !acked;) {
+        const ptl_event_t ev = next_event(md_eq_, 20000);
+        ASSERT_NE(ev.type, 0xff);
+        acked = ev.type == PTL_EVENT_ACK;
+    }
+    ASSERT_EQ(PtlPut(bmd, 0, len, PTL_ACK_REQ, to(next), pt_, 3, 0, nullptr, 0), PTL_OK);
+    ASSERT_EQ(PtlPut(hmd, 0, 8, PTL_ACK_REQ, to(next), pt_, 3, 0, nullptr, 0), PTL_OK);
+    ASSERT_EQ(PtlPut(tmd, 0, 8, PTL_ACK_REQ, to(next), pt_, 3, len - 8, nullptr, 0), PTL_OK);
+    ASSERT_EQ(PtlGet(gmd, 0, got.size(), to(next), pt_, 3, 0, nullptr), PTL_OK);
+    for (int answers = 0; answers < 4;) {
+        const ptl_event_t ev = next_event(md_eq_, 20000);
+        ASSERT_NE(ev.type, 0xff);
+        EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << int(ev.type);
+        answers += ev.type == PTL_EVENT_ACK || ev.type == PTL_EVENT_REPLY;
+    }
+    uint64_t word;
+    std::memcpy(&word, got.data(), 8);
+    EXPECT_EQ(word, head) << "the get overtook the small put";
+    EXPECT_EQ(got[8], big[8]) << "the get overtook the large put";
+    ct_wait(rx, 5, 20000);  // prev's four puts and its get
+    const uint64_t prev_head = 0x1111111111111111ull * uint64_t(prev + 1);
+    std::memcpy(&word, dst.data(), 8);
+    EXPECT_EQ(word, prev_head) << "the large put landed over the small one after it";
+    std::memcpy(&word, dst.data() + len - 8, 8);
+    EXPECT_EQ(word, ~prev_head) << "the large put landed over the small one after it";
+    const auto want = static_cast<unsigned char>(0x40 + prev);
+    for (size_t i = 8; i < len - 8; ++i)
+        if (dst[i] != want) {
+            ADD_FAILURE() << "byte " << i << " is " << int(dst[i]) << ", want " << int(want);
+            break;
+        }
+    ASSERT_EQ(ptlrt_barrier(), 0);  // peers finished with our buffers
+}
+
 // Between rounds every buffer is replaced at the same address: unmapped and mapped again,
 // emptied by madvise, or mapped over. A wire that keeps memory registered between operations
 // (verbs) must notice, or a transfer moves the old pages' bytes.

@@ -24,6 +24,7 @@
 #include "../util/futex_mutex.h"
 #include "../wire/loopback/loopback_wire.h"
 #include "../wire/wire.h"
+#include "bulk_delivery.h"
 #include "config.h"
 #include "direct_exports.h"
 #include "empty_eqs.h"
@@ -428,6 +429,29 @@ private:
     // suppresses it) and drops the message.
     void disable_pt(Ni *ni, Pt &pt, Entry *cause, const InMessage &m, const proto::Header &h);
     void count_malformed(uint64_t amount = 1);
+    // The comm event and counts of a delivery; the ACK or REPLY it owes the initiator.
+    void post_comm_event(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
+                         ptl_event_kind_t kind, void *start, ptl_size_t mlength, ptl_ni_fail_t fail,
+                         ptl_list_t list);
+    void respond_to(const InMessage &m, const proto::Header &h, ptl_ni_fail_t fail, ptl_size_t mlength,
+                    ptl_size_t offset, ptl_list_t list, const void *data, size_t data_len,
+                    uint8_t reply_flags);
+    // bulk_delivery.h
+    void start_bulk_delivery(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
+                             ptl_size_t offset, ptl_size_t mlength, bool exhausted, const char *data,
+                             size_t data_len);
+    void on_bulk_done(uint64_t cookie, bool ok);
+    void finish_bulk_delivery(const BulkDelivery &d, bool ok);
+    void begin_bulk_hold(PeerId from);
+    void end_bulk_hold(PeerId from);
+    // A request from an initiator with transfers in flight: queued behind them (true).
+    bool hold_for_bulk(const InMessage &m);
+    // Drives progress until no delivery `matches` is in flight (the wire's deadline bounds it).
+    void wait_for_bulk(const std::function<bool(const BulkDelivery &)> &matches);
+    // An automatic unlink in two steps: out of the list at the match, the event after the
+    // comm event (a transfer in between).
+    void detach_entry(Ni *n, Pt &pt, Entry *e);
+    void announce_unlink(Ni *n, Pt &pt, Entry *e);
     void respond(const InMessage &m, const proto::Header &req, uint8_t op, ptl_ni_fail_t fail,
                  ptl_size_t mlength, ptl_size_t offset, ptl_list_t list, const void *data, size_t data_len,
                  uint8_t extra_flags);
@@ -531,6 +555,9 @@ private:
     std::unique_ptr<class ProgressThread> progress_thread_;
     bool in_triggers_ = false;
     HeldMessages held_;
+    std::unordered_map<uint64_t, std::unique_ptr<BulkDelivery>> bulk_deliveries_;  // by cookie
+    uint64_t next_bulk_cookie_ = 1;
+    std::unordered_map<PeerId, BulkHold, PeerIdHash> bulk_holds_;
     bool hold_allowed_ = false;    // the message being processed may be held
     bool hold_requested_ = false;  // on_request put it off
     // hold_until_unlink_read: the reads of the queue it waits for, kept with the held message.

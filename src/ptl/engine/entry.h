@@ -53,6 +53,7 @@ struct Entry {
     uint64_t seq = 0;           // posting order across exact and wildcard entries
     uint64_t local_offset = 0;  // PTL_ME_MANAGE_LOCAL
     uint32_t uh_count = 0;      // unexpected headers that point into this entry
+    uint32_t transfers = 0;     // bulk deliveries into or out of it in flight (bulk_delivery.h)
     bool exact = false;         // indexed by match bits (no ignore bits)
     bool auto_unlinked = false; // left the list by itself; handle still answers PTL_IN_USE
     int32_t export_slot = -1;   // reachable by peers without us (direct_exports.h)

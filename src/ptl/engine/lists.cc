@@ -83,18 +83,26 @@ void Engine::maybe_auto_free(Ni *n, Entry *e) {
 }
 
 void Engine::auto_unlink(Ni *n, Pt &pt, Entry *e) {
+    detach_entry(n, pt, e);
+    announce_unlink(n, pt, e);
+}
+
+void Engine::detach_entry(Ni *n, Pt &pt, Entry *e) {
     PTL_TRACE(trace_.get(), "ni%u pt %u auto-unlink %s 0x%x", n->index, e->pt, e->is_me ? "me" : "le",
               e->handle);
     pt.lists[e->list].remove(e);
     e->auto_unlinked = true;
+    n->zombies.push_back(e);
+}
+
+void Engine::announce_unlink(Ni *n, Pt &pt, Entry *e) {
     entry_event(pt, *e, PTL_EVENT_AUTO_UNLINK);
     maybe_auto_free(n, e);
-    n->zombies.push_back(e);
 }
 
 void Engine::free_zombies(Ni *n) {
     auto keep = std::remove_if(n->zombies.begin(), n->zombies.end(), [n](Entry *e) {
-        if (e->uh_count) return false;
+        if (e->uh_count || e->transfers) return false;
         n->entries.recycle(split_handle(e->handle).slot);
         return true;
     });
@@ -206,7 +214,7 @@ int Engine::unlink(uint32_t h, bool is_me) {
     Ni *n = ni_for_object(h);
     Entry *e = n ? n->entry(h, is_me) : nullptr;
     if (!e) return PTL_ARG_INVALID;
-    if (e->auto_unlinked || e->uh_count) return PTL_IN_USE;  // U4, L12
+    if (e->auto_unlinked || e->uh_count || e->transfers) return PTL_IN_USE;  // U4, L12
     PTL_TRACE(trace_.get(), "ni%u pt %u unlink %s 0x%x", n->index, e->pt, is_me ? "me" : "le", h);
     Pt &pt = n->pts[e->pt];
     const bool was_exported = e->exported();

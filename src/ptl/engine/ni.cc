@@ -125,6 +125,7 @@ int Engine::ni_fini(ptl_handle_ni_t h) {
     if (!n) return PTL_ARG_INVALID;
     if (--n->refs > 0) return PTL_OK;
     PTL_TRACE_NOTABLE(trace_.get(), "ni%u fini", n->index);
+    wait_for_bulk([n](const BulkDelivery &d) { return d.ni == n; });  // they reach its memory
     event_seq_.fetch_add(1, std::memory_order_release);  // its EQs are gone (app_progress_take)
     revoke_exports(n, 0, true);
     n->cts.for_each([this](Ct &c) { release_remote_counter(&c); });

@@ -137,7 +137,7 @@ int Engine::progress_locked(uint64_t now_ns) {
         take_remote_counts();
     if (!nic_cts_.empty()) [[unlikely]]
         take_nic_counts();
-    if (holding_published_ && held_.empty()) {
+    if (holding_published_ && held_.empty() && bulk_holds_.empty()) {
         holding_published_ = false;
         set_holding(false);
     }

@@ -84,6 +84,7 @@ int Engine::pt_free(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     Ni *n = ni_of(h);
     if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
     Pt &pt = n->pts[idx];
+    wait_for_bulk([n, idx](const BulkDelivery &d) { return d.ni == n && d.entry->pt == idx; });
     if (pt.entries() || pt.unexpected.size) return PTL_PT_IN_USE;
     if (pt.eq && (pt.options & PTL_PT_FLOWCTRL) && pt.eq->reserved) --pt.eq->reserved;
     pt = Pt();
@@ -98,6 +99,8 @@ int Engine::pt_disable(ptl_handle_ni_t h, ptl_pt_index_t idx) {
     Ni *n = ni_of(h);
     if (!n || idx >= n->pts.size() || !n->pts[idx].allocated) return PTL_ARG_INVALID;
     n->pts[idx].enabled = false;
+    // And the deliveries whose data a wire still moves (bulk_delivery.h) have ended.
+    wait_for_bulk([n, idx](const BulkDelivery &d) { return d.ni == n && d.entry->pt == idx; });
     revoke_exports(n, idx, false);
     PTL_TRACE_NOTABLE(trace_.get(), "ni%u pt %u disabled by the application", n->index, idx);
     return PTL_OK;

@@ -135,6 +135,8 @@ void Engine::count_malformed(uint64_t amount) {
 void Engine::handle_message(const InMessage &m) {
     if (revoking_ && divert_while_revoking(m)) [[unlikely]]
         return;
+    if (!bulk_holds_.empty() && carries_request(m) && hold_for_bulk(m)) [[unlikely]]
+        return;
     if (!held_.empty() && carries_request(m)) {  // requests keep their arrival order
         if (trace_) [[unlikely]] {
             proto::Header h;
@@ -168,6 +170,11 @@ int Engine::replay_held(uint64_t now_ns) {
             held_at != 0 && now_ns - held_at >= uint64_t(cfg_.flowctrl_grace_ms) * 1000000ull;
         hold_allowed_ = !expired;
         hold_requested_ = false;
+        if (!bulk_holds_.empty() && carries_request(held_.front()) && hold_for_bulk(held_.front())) {
+            held_.pop();  // behind its initiator's transfer now
+            ++work;
+            continue;
+        }
         hold_traced_ = held_at != 0;  // its hold began at an earlier try
         process_message(held_.front());
         hold_traced_ = false;  // a fresh message's state (handle_message sets none of these)
@@ -189,6 +196,36 @@ int Engine::replay_held(uint64_t now_ns) {
         ++work;
     }
     return work;
+}
+
+// The initiator's requests that waited go through in order, until one starts a transfer of
+// its own (the rest wait for that one) or is held for flow control (the rest go behind it).
+void Engine::end_bulk_hold(PeerId from) {
+    auto it = bulk_holds_.find(from);
+    if (it == bulk_holds_.end() || --it->second.inflight > 0) return;
+    while (!it->second.queue.empty()) {
+        hold_allowed_ = cfg_.flowctrl_grace_ms > 0;
+        hold_requested_ = false;
+        process_message(it->second.queue.front());
+        it = bulk_holds_.find(from);  // processing may have added holds
+        if (hold_requested_) [[unlikely]] {
+            if (!holding_published_) {
+                holding_published_ = true;
+                set_holding(true);
+            }
+            held_.push(it->second.queue.front(), coarse_now());
+            held_.set_back_queue_read(std::exchange(hold_queue_read_now_, HeldMessages::kNoQueue));
+            it->second.queue.pop();
+            while (!it->second.queue.empty()) {
+                held_.push(it->second.queue.front(), 0);
+                it->second.queue.pop();
+            }
+            break;
+        }
+        it->second.queue.pop();
+        if (it->second.inflight > 0) return;
+    }
+    if (it->second.inflight == 0) bulk_holds_.erase(it);
 }
 
 bool Engine::hold_for_replaced_entry(const Pt &pt, ptl_pt_index_t pti) {
@@ -503,8 +540,6 @@ template <uint8_t op>
 void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessage &m,
                         const proto::Header &h) {
     const bool rndv = h.flags & proto::kRendezvous;
-    const bool reply = wants_reply(op);
-    const bool ack_wanted = !reply && h.ack_req != PTL_NO_ACK_REQ;
     const ptl_size_t rlength = h.length;
     // Permissions end the walk: no fall-through to later entries (M6, tricky point 1).
     if (e->desc.uid != PTL_UID_ANY && e->desc.uid != h.uid) {
@@ -564,6 +599,37 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
     const void *operand = h.operand_len ? payload : nullptr;
     const char *data = payload + h.operand_len;
     const size_t data_len = m.payload_len - h.operand_len;
+
+    // The entry's offsets move on at once: the next message lands beyond this one however
+    // long this one's data takes.
+    const bool slotted = local && (e->opts() & PTLX_ME_SLOTS) && e->desc.min_free;
+    if (pooled) {
+        e->slots.pop();
+    } else if (local) {
+        if (slotted) {
+            // Whole slots, at least one: each message starts a slot of its own.
+            const ptl_size_t slot = e->desc.min_free;
+            e->local_offset += std::max<ptl_size_t>(1, (mlength + slot - 1) / slot) * slot;
+        } else {
+            e->local_offset += mlength;  // I-list 25
+        }
+    }
+    // Automatic unlink (use-once, or min_free on local offsets; slots last while another slot
+    // can start, however short the last one), after the comm event.
+    const bool exhausted =
+        (e->opts() & PTL_ME_USE_ONCE) ||
+        (local && e->desc.min_free && !pooled &&
+         (slotted ? e->local_offset >= e->region.length
+                  : e->region.length - std::min(e->local_offset, e->region.length) < e->desc.min_free));
+
+    // Data a device moves (RDMA): started now, reported when done (finish_bulk_delivery).
+    if constexpr (op == proto::kPut || op == proto::kGet) {
+        const bool bulk = op == proto::kPut ? rndv : (h.flags & proto::kBulkReply) != 0;
+        if (bulk && mlength && list == PTL_PRIORITY_LIST && !keep_header && m.via && m.via->bulk_async()) {
+            start_bulk_delivery(n, pt, e, m, h, offset, mlength, exhausted, data, data_len);
+            return;
+        }
+    }
     const bool checked = e->checked_access();
     bool ok = true;
     SmallVec<char, 256> out;  // reply data
@@ -621,27 +687,10 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
     }
     const ptl_ni_fail_t fail = (ok || mlength == 0) ? PTL_NI_OK : PTL_NI_SEGV;  // B6
     if (fail != PTL_NI_OK) out.clear();
-    const bool slotted = local && (e->opts() & PTLX_ME_SLOTS) && e->desc.min_free;
-    if (pooled) {
-        e->slots.pop();
-    } else if (local) {
-        if (slotted) {
-            // Whole slots, at least one: each message starts a slot of its own.
-            const ptl_size_t slot = e->desc.min_free;
-            e->local_offset += std::max<ptl_size_t>(1, (mlength + slot - 1) / slot) * slot;
-        } else {
-            e->local_offset += mlength;  // I-list 25
-        }
-    }
 
     // The comm event, on the entry that received the message (C7), written in place.
     void *const start = e->region.address_at(offset);
-    if (pt.eq && entry_allows_full(*e, kind, fail == PTL_NI_OK)) {
-        fill_comm_event(pt.eq->emplace(), *e, *n, m, h, {kind, start, mlength, fail, list});
-        event_posted(pt.eq);
-    }
-    if (uint64_t amt = entry_count_amount(*e, kind, fail == PTL_NI_OK, mlength))
-        ct_add(e->ct, fail == PTL_NI_OK, amt);
+    post_comm_event(n, pt, e, m, h, kind, start, mlength, fail, list);
 
     if (keep_header) {
         auto *u = new UnexpectedHeader{};
@@ -668,20 +717,61 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
     if (trace_) [[unlikely]]
         trace_delivery(n, m, h, e, list, fail, mlength, offset, keep_header);
 
-    // Automatic unlink after the comm event (EO1): use-once, or min_free on local offsets;
-    // slots (PTLX_ME_SLOTS) last while another slot can start, however short the last one.
-    if ((e->opts() & PTL_ME_USE_ONCE) ||
-        (local && e->desc.min_free && !pooled &&
-         (slotted ? e->local_offset >= e->region.length
-                  : e->region.length - std::min(e->local_offset, e->region.length) < e->desc.min_free)))
-        auto_unlink(n, pt, e);
+    if (exhausted) auto_unlink(n, pt, e);  // after the comm event (EO1)
+    respond_to(m, h, fail, mlength, offset, list, out.data(), out.size(), reply_flags);
+}
 
-    if (reply) {
-        respond(m, h, proto::kReply, fail, mlength, offset, list, out.data(), out.size(), reply_flags);
-    } else if (ack_wanted || rndv) {
-        respond(m, h, proto::kAck, fail, mlength, offset, list, nullptr, 0,
-                ack_wanted ? 0 : proto::kSendOnly);
+void Engine::post_comm_event(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
+                             ptl_event_kind_t kind, void *start, ptl_size_t mlength, ptl_ni_fail_t fail,
+                             ptl_list_t list) {
+    if (pt.eq && entry_allows_full(*e, kind, fail == PTL_NI_OK)) {
+        fill_comm_event(pt.eq->emplace(), *e, *n, m, h, {kind, start, mlength, fail, list});
+        event_posted(pt.eq);
     }
+    if (uint64_t amt = entry_count_amount(*e, kind, fail == PTL_NI_OK, mlength))
+        ct_add(e->ct, fail == PTL_NI_OK, amt);
+}
+
+void Engine::respond_to(const InMessage &m, const proto::Header &h, ptl_ni_fail_t fail, ptl_size_t mlength,
+                        ptl_size_t offset, ptl_list_t list, const void *data, size_t data_len,
+                        uint8_t reply_flags) {
+    if (wants_reply(h.op)) {
+        respond(m, h, proto::kReply, fail, mlength, offset, list, data, data_len, reply_flags);
+    } else if (h.ack_req != PTL_NO_ACK_REQ || (h.flags & proto::kRendezvous)) {
+        respond(m, h, proto::kAck, fail, mlength, offset, list, nullptr, 0,
+                h.ack_req != PTL_NO_ACK_REQ ? 0 : proto::kSendOnly);
+    }
+}
+
+// A rendezvous put's pull or a get's reply written into the initiator, by the wire on its
+// own: the entry leaves its list now if this message used it up (no later message may match
+// it), stays allocated until the transfer ends, and later requests of the same initiator
+// wait for it (hold_for_bulk): its data lands before theirs, as a synchronous delivery's.
+void Engine::start_bulk_delivery(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
+                                 ptl_size_t offset, ptl_size_t mlength, bool exhausted, const char *data,
+                                 size_t data_len) {
+    auto d = std::make_unique<BulkDelivery>();
+    d->ni = n;
+    d->entry = e;
+    d->from = m.from;
+    d->via = m.via;
+    d->header = h;
+    d->offset = offset;
+    d->mlength = mlength;
+    d->exhausted = exhausted;
+    if (exhausted) detach_entry(n, pt, e);
+    ++e->transfers;
+    IovList local_iov;
+    e->region.pieces(offset, mlength, local_iov);
+    RemotePieces r = remote_pieces(data, data_len, mlength);
+    const uint64_t cookie = next_bulk_cookie_++;
+    if (!m.via->bulk_start(m.from, h.op == proto::kPut, local_iov.data(), int(local_iov.size()), r.iov.data(),
+                           int(r.iov.size()), r.keys.data(), cookie)) {
+        finish_bulk_delivery(*d, false);  // nothing moved, nothing held back
+        return;
+    }
+    begin_bulk_hold(m.from);
+    bulk_deliveries_.emplace(cookie, std::move(d));
 }
 
 }  // namespace ptl

@@ -107,6 +107,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         vc.defer_returns = cfg_.progress_thread;
         verbs_ = verbs::VerbsWire::create(
             self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);
+        if (verbs_) verbs_->set_bulk_done([this](uint64_t cookie, bool ok) { on_bulk_done(cookie, ok); });
         // Auto without a device is an ordinary host without RDMA; a named device or
         // PTL_WIRE=verbs that cannot be had is the user's mistake to hear about.
         if (!verbs_ && (cfg_.wire == WireChoice::Verbs || !cfg_.verbs_device.empty()))
@@ -168,6 +169,7 @@ void Engine::close_physical() {
     forget_put_targets();
     exports_ = nullptr;
     holding_published_ = false;
+    bulk_holds_.clear();  // their NIs are gone (ni_fini waited for their transfers)
     close_remote();
 #ifdef PTL_HAVE_VERBS
     verbs_.reset();  // sends through tcp_, wakes through shm_

@@ -73,6 +73,17 @@ public:
     virtual bool bulk_write(PeerId, const struct iovec *, int, const struct iovec *, int, const uint64_t *) {
         return false;
     }
+    // The same transfer without waiting for it, where the wire can (a device moves the data):
+    // true if it started; then a later progress reports it to the BulkDone callback, once,
+    // with `cookie` and whether every byte moved. Our pieces must stay valid until then. The
+    // transfer fails by itself past the wire's deadline (or with its peer), so it always ends.
+    using BulkDone = std::function<void(uint64_t cookie, bool ok)>;
+    virtual bool bulk_async() const { return false; }
+    virtual bool bulk_start(PeerId, bool /*read*/, const struct iovec *, int, const struct iovec *, int,
+                            const uint64_t *, uint64_t /*cookie*/) {
+        return false;
+    }
+    virtual void set_bulk_done(BulkDone) {}
 
     // Makes our `pieces` reachable by the peer's bulk transfers (reads, and writes too if
     // `writable`) until release_export(*id): fills one key per piece. False: they cannot be

@@ -75,6 +75,9 @@ struct VerbsWire::Export {
     }
 };
 
+VerbsWire::Transfer::Transfer() = default;
+VerbsWire::Transfer::~Transfer() = default;
+
 VerbsWire::Conn::~Conn() {
     if (qp) ibv_destroy_qp(qp);
 }
@@ -884,9 +887,11 @@ void VerbsWire::on_send_done(const ibv_wc &wc) {
     for (uint32_t s = c.sq_done; s != seq + 1; ++s) {
         SqEntry &e = c.sq[s % sq_depth_];
         if (e.tx_buf >= 0) free_tx_.push_back(uint32_t(e.tx_buf));
-        if (e.bulk) {
-            --c.bulk_inflight;
-            if (!ok) c.bulk_failed = true;
+        if (e.transfer) {
+            if (auto t = transfers_.find(e.transfer); t != transfers_.end()) {
+                --t->second->inflight;
+                if (!ok) t->second->failed = true;
+            }
         }
         if (e.remote >= 0) {
             RemoteOp op = remote_ops_[size_t(e.remote)];
@@ -953,6 +958,11 @@ int VerbsWire::progress(const MessageHandler &handler) {
     if (!corked_.empty()) flush_corked();
     if (!owing_.empty()) return_owed_credits();
     int work = poll_sends();
+    if (!transfers_.empty() || !bulk_results_.empty()) [[unlikely]] {
+        pump_transfers();
+        work += int(bulk_results_.size());
+        report_bulk();
+    }
     work += drain_stash(handler);
     ibv_wc wc[kPollBatch];
     for (int round = 0; round < 4; ++round) {
@@ -1016,10 +1026,33 @@ bool VerbsWire::bulk_write(PeerId to, const struct iovec *local, int nl, const s
     return bulk(to, false, local, nl, remote, nr, keys);
 }
 
-// On the peer's QP, waited for within the deadline: past it the QP is failed, which completes
-// (flushes) what it still holds, so nothing lands in `local` once this returns.
+// Waits for a transfer as bulk_start runs it (within its deadline: past it the QP is failed,
+// which completes - flushes - what it still holds, so nothing lands in `local` once this
+// returns). Other transfers' results wait for progress.
 bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote,
                      int nr, const uint64_t *keys) {
+    const uint64_t cookie = ~uint64_t(0) - next_transfer_;
+    if (!bulk_start(peer, read, local, nl, remote, nr, keys, cookie)) return false;
+    in_bulk_ = true;
+    bool done = false, ok = false;
+    while (!done) {
+        poll_sends();
+        pump_transfers();
+        for (size_t i = 0; i < bulk_results_.size(); ++i) {
+            if (bulk_results_[i].cookie != cookie) continue;
+            ok = bulk_results_[i].ok;
+            bulk_results_.erase(bulk_results_.begin() + ptrdiff_t(i));
+            done = true;
+            break;
+        }
+    }
+    in_bulk_ = false;
+    if (!remote_results_.empty() || !bulk_results_.empty()) wake_();  // reported by the next progress
+    return ok;
+}
+
+bool VerbsWire::bulk_start(PeerId peer, bool read, const struct iovec *local, int nl,
+                           const struct iovec *remote, int nr, const uint64_t *keys, uint64_t cookie) {
     auto it = conns_.find(peer);
     if (it == conns_.end() || it->second->state != State::Ready || !keys) return false;
     Conn &c = *it->second;
@@ -1027,88 +1060,102 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
         fail(c);
         return false;
     }
-    Export local_regions(*cache_);  // a read lands in them, a write leaves them
+    auto t = std::make_unique<Transfer>();
+    t->cookie = cookie;
+    t->conn = c.id;
+    t->read = read;
+    t->local = std::make_unique<Export>(*cache_);  // a read lands in them, a write leaves them
     std::vector<uint32_t> lkeys(size_t(nl), 0);
     for (int i = 0; i < nl; ++i) {
         if (!local[i].iov_len) continue;
         RegCache::Region *r = cache_->acquire(local[i].iov_base, local[i].iov_len, read);
         if (!r) return false;
-        local_regions.regions.push_back(r);
+        t->local->regions.push_back(r);
         lkeys[size_t(i)] = RegCache::lkey(r);
     }
-    in_bulk_ = true;
-    c.bulk_failed = false;
-    const uint64_t deadline = monotonic_ns() + uint64_t(cfg_.bulk_timeout_ms) * 1000000ull;
-    bool expired = false;
-    // Until at most `left` are in flight; past the deadline the QP is failed and flushed.
-    auto reap = [&](uint32_t left) {
-        while (c.bulk_inflight > left) {
-            if (poll_sends() != 0) continue;
-            const uint64_t now = monotonic_ns();
-            if (!expired && now > deadline) {
-                expired = true;
-                print_peer("to", peer, "an RDMA transfer missed its deadline (PTL_VERBS_BULK_TIMEOUT_MS)");
-                fail(c);
-            } else if (expired && now > deadline + 2'000'000'000ull) {
-                print_peer("to", peer, "the device does not flush a failed QP");
-                break;
-            }
-        }
-    };
     int li = 0, ri = 0;
     size_t loff = 0, roff = 0;
-    bool ok = true;
-    while (ok && li < nl && ri < nr) {
+    while (li < nl && ri < nr) {
         const size_t k = std::min({local[li].iov_len - loff, remote[ri].iov_len - roff, kBulkChunk});
-        if (k) {
-            reap(kBulkWindow - 1);
-            if (c.state != State::Ready || c.bulk_failed) {
-                ok = false;
-                break;
-            }
-            while (sq_room(c) == 0 && c.state == State::Ready && monotonic_ns() < deadline)
-                if (poll_sends() == 0 && send_budget_ == 0) reclaim_send_queue();
-            if (sq_room(c) == 0) {
-                ok = false;
-                break;
-            }
-            ibv_sge sge{reinterpret_cast<uint64_t>(local[li].iov_base) + loff, uint32_t(k),
-                        lkeys[size_t(li)]};
-            ibv_send_wr wr{}, *bad = nullptr;
-            SqEntry e;
-            e.bulk = true;
-            wr.wr_id = wr_id(kBulk, c.id, take_sq(c, e));
-            wr.sg_list = &sge;
-            wr.num_sge = 1;
-            wr.opcode = read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
-            wr.send_flags = IBV_SEND_SIGNALED;
-            wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(remote[ri].iov_base) + roff;
-            wr.wr.rdma.rkey = uint32_t(keys[ri]);
-            ++c.bulk_inflight;
-            if (ibv_post_send(c.qp, &wr, &bad) != 0) {
-                // Never reached the device: its entry is taken back by the failed QP's flush
-                // of what follows, or counted here if nothing does.
-                --c.bulk_inflight;
-                c.sq[(c.sq_posted - 1) % sq_depth_] = SqEntry{};
-                --c.sq_posted;
-                ++send_budget_;
-                fail(c);
-                ok = false;
-                break;
-            }
-            ++rdma_ops_;
-            rdma_bytes_ += k;
-        }
+        if (k)
+            t->pieces.push_back({reinterpret_cast<uint64_t>(local[li].iov_base) + loff, uint32_t(k),
+                                 lkeys[size_t(li)], reinterpret_cast<uint64_t>(remote[ri].iov_base) + roff,
+                                 uint32_t(keys[ri])});
         loff += k;
         roff += k;
         if (loff == local[li].iov_len) ++li, loff = 0;
         if (roff == remote[ri].iov_len) ++ri, roff = 0;
     }
-    reap(0);
-    in_bulk_ = false;
-    ok = ok && !c.bulk_failed && c.state == State::Ready;
-    if (!remote_results_.empty()) wake_();  // reported by the next progress
-    return ok;
+    t->deadline_ns = monotonic_ns() + uint64_t(cfg_.bulk_timeout_ms) * 1000000ull;
+    const uint32_t id = next_transfer_++;
+    if (next_transfer_ == 0) next_transfer_ = 1;
+    transfers_.emplace(id, std::move(t));
+    pump_transfers();
+    return true;
+}
+
+void VerbsWire::pump_transfers() {
+    if (transfers_.empty()) return;
+    const uint64_t now = monotonic_ns();
+    for (auto it = transfers_.begin(); it != transfers_.end();) {
+        Transfer &t = *it->second;
+        auto ci = by_id_.find(t.conn);
+        Conn *c = ci == by_id_.end() ? nullptr : ci->second;
+        if (!c) {
+            t.failed = true;  // its QP was destroyed: nothing more lands
+            t.inflight = 0;
+        } else if (c->state != State::Ready) {
+            t.failed = true;  // failed: the device flushes what it holds
+        } else if (now > t.deadline_ns && !t.failed) {
+            print_peer("to", c->peer, "an RDMA transfer missed its deadline (PTL_VERBS_BULK_TIMEOUT_MS)");
+            t.failed = true;
+            fail(*c);
+        }
+        while (!t.failed && t.next < t.pieces.size() && t.inflight < kBulkWindow && sq_room(*c) > 0) {
+            const Transfer::Piece &p = t.pieces[t.next];
+            ibv_sge sge{p.laddr, p.len, p.lkey};
+            ibv_send_wr wr{}, *bad = nullptr;
+            SqEntry e;
+            e.transfer = it->first;
+            wr.wr_id = wr_id(kBulk, c->id, take_sq(*c, e));
+            wr.sg_list = &sge;
+            wr.num_sge = 1;
+            wr.opcode = t.read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+            wr.send_flags = IBV_SEND_SIGNALED;
+            wr.wr.rdma.remote_addr = p.raddr;
+            wr.wr.rdma.rkey = p.rkey;
+            if (ibv_post_send(c->qp, &wr, &bad) != 0) {
+                // Never reached the device: its entry is taken back here.
+                c->sq[(c->sq_posted - 1) % sq_depth_] = SqEntry{};
+                --c->sq_posted;
+                ++send_budget_;
+                t.failed = true;
+                fail(*c);
+                break;
+            }
+            ++t.inflight;
+            ++t.next;
+            ++rdma_ops_;
+            rdma_bytes_ += p.len;
+        }
+        // A failed QP that is never flushed (a broken device) would keep the transfer forever.
+        const bool abandoned = t.failed && t.inflight && now > t.deadline_ns + 2'000'000'000ull;
+        if (abandoned && c) print_peer("to", c->peer, "the device does not flush a failed QP");
+        if ((t.inflight == 0 && (t.failed || t.next == t.pieces.size())) || abandoned) {
+            bulk_results_.push_back({t.cookie, !t.failed});
+            it = transfers_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void VerbsWire::report_bulk() {
+    if (bulk_results_.empty() || in_bulk_) return;
+    std::vector<BulkResult> list;
+    list.swap(bulk_results_);
+    for (const BulkResult &r : list)
+        if (bulk_done_) bulk_done_(r.cookie, r.ok);
 }
 
 // One-sided access

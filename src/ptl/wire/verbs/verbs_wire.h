@@ -80,6 +80,10 @@ public:
     // Bulk data by RDMA read/write on the QP the peer's messages arrive on, from memory the
     // peer exported (its keys are rkeys); the call returns when the transfer is complete.
     bool has_bulk(PeerId to) const override;
+    bool bulk_async() const override { return true; }
+    bool bulk_start(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote,
+                    int nr, const uint64_t *keys, uint64_t cookie) override;
+    void set_bulk_done(BulkDone done) override { bulk_done_ = std::move(done); }
     bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                    const uint64_t *keys) override;
     bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
@@ -125,7 +129,7 @@ private:
     struct SqEntry {
         int32_t tx_buf = -1;  // a send buffer of the pool
         int32_t remote = -1;  // a one-sided operation (remote_ops_)
-        bool bulk = false;    // part of the bulk transfer in progress
+        uint32_t transfer = 0;  // a piece of this bulk transfer (transfers_)
     };
     struct Conn {
         PeerId peer{};
@@ -143,8 +147,6 @@ private:
         bool want_word = false;                     // we would go direct: our sends ask for its word
         uint32_t buf_size = 0;                      // the peer's receive buffers
         uint32_t remote_ops = 0, remote_reads = 0;  // one-sided operations in flight
-        uint32_t bulk_inflight = 0;
-        bool bulk_failed = false;
         std::vector<SqEntry> sq;  // by sequence number modulo its size
         uint32_t sq_posted = 0, sq_done = 0;
         uint32_t unsignaled = 0;
@@ -220,6 +222,10 @@ private:
     void handle_device_events();
     bool bulk(PeerId peer, bool read, const struct iovec *local, int nl, const struct iovec *remote, int nr,
               const uint64_t *keys);
+    // Posts what the send queue and the transfer's window allow, fails transfers past their
+    // deadline or without their connection, and moves finished ones to bulk_results_.
+    void pump_transfers();
+    void report_bulk();
     void watch();
     ControlMsg describe(ControlKind kind, const Conn &c) const;
 
@@ -277,6 +283,35 @@ private:
     };
     std::vector<RemoteResult> remote_results_;  // completed, to report outside a bulk transfer
     bool in_bulk_ = false;
+    // Bulk transfers in flight: RDMA reads or writes of up to kBulkChunk bytes each, at most
+    // kBulkWindow of a transfer posted at once, the rest posted as those complete.
+    struct Transfer {
+        struct Piece {
+            uint64_t laddr;
+            uint32_t len, lkey;
+            uint64_t raddr;
+            uint32_t rkey;
+        };
+        uint64_t cookie = 0;
+        uint32_t conn = 0;
+        bool read = false;
+        std::unique_ptr<Export> local;  // our pieces' registrations, held until it ends
+        std::vector<Piece> pieces;
+        size_t next = 0;  // the first piece not yet posted
+        uint32_t inflight = 0;
+        bool failed = false;
+        uint64_t deadline_ns = 0;
+        Transfer();
+        ~Transfer();  // where Export is complete
+    };
+    std::unordered_map<uint32_t, std::unique_ptr<Transfer>> transfers_;
+    uint32_t next_transfer_ = 1;
+    struct BulkResult {
+        uint64_t cookie;
+        bool ok;
+    };
+    std::vector<BulkResult> bulk_results_;  // finished, for the next progress to report
+    BulkDone bulk_done_;
     // Words the device writes: old values of counters nobody reads, own_atomic's result, and
     // those our remote atomics fetch (one per atomic in flight).
     static constexpr uint32_t kAtomicResults = 1024;
