@@ -22,6 +22,7 @@ void Engine::finish_bulk_delivery(const BulkDelivery &delivery, bool ok) {
     const proto::Header &h = d->header;
     const InMessage m{d->from, &d->header, sizeof d->header, nullptr, 0, d->via};
     const bool put = h.op == proto::kPut;
+    if (d->eq) --d->eq->promised;
     const ptl_ni_fail_t fail = ok ? PTL_NI_OK : PTL_NI_SEGV;  // B6: the memory could not be reached
     const ptl_list_t list = PTL_PRIORITY_LIST;
     post_comm_event(n, pt, e, m, h, put ? PTL_EVENT_PUT : PTL_EVENT_GET, e->region.address_at(d->offset),

@@ -20,6 +20,7 @@ struct Entry;
 struct BulkDelivery {
     Ni *ni = nullptr;
     Entry *entry = nullptr;  // kept allocated (Entry::transfers) until this ends
+    struct Eq *eq = nullptr;  // the portal's, whose Eq::promised counts this event
     PeerId from{};
     Wire *via = nullptr;
     proto::Header header{};

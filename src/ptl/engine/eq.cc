@@ -46,6 +46,8 @@ int Engine::eq_free(ptl_handle_eq_t h) {
     e->ni->mds.for_each([e](Md &m) {
         if (m.eq == e) m.eq = nullptr;
     });
+    for (auto &[cookie, d] : bulk_deliveries_)
+        if (d->eq == e) d->eq = nullptr;
     e->ni->eqs.remove(split_handle(h).slot);
     return PTL_OK;
 }

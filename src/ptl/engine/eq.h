@@ -23,6 +23,7 @@ struct Eq {
     uint64_t count = 0;
     bool dropped = false;
     uint32_t reserved = 0;  // slots held back for PT_DISABLED, one per flow-controlled PT
+    uint32_t promised = 0;  // events of deliveries whose data is still moving (bulk_delivery.h)
     uint32_t waiters = 0;   // threads blocked in PtlEQWait/PtlEQPoll on this EQ
     uint32_t refs = 0;      // blocked callers still inside (PtlEQFree waits for them)
     int notify_fd = -1;     // one-shot wake-up armed by PtlXEQArm (portals4_ext.h)
@@ -49,7 +50,7 @@ struct Eq {
     }
 
     // Room for a flow-controlled event (one that must not overwrite).
-    bool has_room_for_regular() const { return count + reserved < ring.size(); }
+    bool has_room_for_regular() const { return count + reserved + promised < ring.size(); }
 
     // Whether an event of `type` for portal `pt` is still waiting to be read.
     bool holds_unread(ptl_event_kind_t type, ptl_pt_index_t pt) const {

@@ -761,6 +761,9 @@ void Engine::start_bulk_delivery(Ni *n, Pt &pt, Entry *e, const InMessage &m, co
     d->exhausted = exhausted;
     if (exhausted) detach_entry(n, pt, e);
     ++e->transfers;
+    // Its event's slot is taken now: flow control counted it in at the match (EQ2).
+    d->eq = pt.eq;
+    if (d->eq) ++d->eq->promised;
     IovList local_iov;
     e->region.pieces(offset, mlength, local_iov);
     RemotePieces r = remote_pieces(data, data_len, mlength);
