@@ -23,6 +23,7 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
     const uint64_t deadline = forever ? UINT64_MAX : start + uint64_t(timeout_ms) * 1000000ull;
     const uint64_t spin_end = start + uint64_t(cfg_.wait_spin_us) * 1000ull;
     bool polling = false;
+    long nic_poll_us = 20;
     // A caller that returns is likely to poll again soon (a ping-pong loop): the progress
     // thread stays parked and notices the polling has stopped by itself. Only a caller about
     // to sleep needs it awake now.
@@ -77,8 +78,13 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
         sleepers_armed_.store(true, std::memory_order_seq_cst);
         lk.unlock();
         long us = forever ? 100000 : long(std::min<uint64_t>((deadline - t) / 1000, 100000));
-        // Counts peers add by RDMA wake nobody: a waiter looks again every millisecond.
-        if (!nic_cts_.empty()) us = std::min(us, 1000L);
+        // Counts peers add by RDMA wake nobody: a waiter looks again soon after its spin, then
+        // less and less often, every millisecond at most (a ping-pong whose round trip just
+        // outlasts the spin waited up to a millisecond more for each).
+        if (!nic_cts_.empty()) {
+            us = std::min(us, nic_poll_us);
+            nic_poll_us = std::min(nic_poll_us * 2, 1000L);
+        }
         if (us < 1) us = 1;
         if (cfg_.progress_thread) {
             futex_wait(&event_seq_, seq, us);
