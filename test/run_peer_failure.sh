@@ -10,6 +10,8 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 b=${abs_top_builddir:-$top}
+# shellcheck source=test/victim_check.sh
+. "$top/test/victim_check.sh"
 ptlrun="$b/ptlrun"
 wires=${PTL_TEST_WIRES:-shm tcp}
 rc=0
@@ -24,8 +26,7 @@ run_case() {
     PTL_WIRE=$wire "$ptlrun" -n 2 --timeout 60 ${PTL_TEST_LAUNCH:-} "$@" >"$log" 2>&1
     status=$?
     cat "$log"
-    if [ $status -ne 137 ] || ! grep -q "rank 0 exited with status 137" "$log" ||
-       grep -q "rank 1 exited" "$log" || ! grep -q "peer failure noticed" "$log"; then
+    if ! victim_died_alone $status "$log"; then
       echo "FAIL: $label, PTL_WIRE=$wire (ptlrun status $status; want the victim's 137 and a clean survivor)"
       rc=1
     fi
