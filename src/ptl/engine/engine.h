@@ -153,6 +153,7 @@ public:
             wake_sleepers();
     }
     void wake_sleepers();
+    void on_verbs_completion();  // the verbs wire's watcher thread (wires.cc)
     // A message as if a wire had just received it: the fuzz target's way in (test/fuzz).
     void inject(const InMessage &m);
 
@@ -478,6 +479,7 @@ private:
     std::atomic<uint32_t> event_seq_{0};
     std::atomic<bool> sleepers_armed_{false};
     std::atomic<uint32_t> active_pollers_{0};
+    std::atomic<uint32_t> traffic_sleepers_{0};  // threads in sleep_for_traffic
     std::atomic<uint64_t> last_poll_ns_{0};
     // How many of the recent sampled app_progress calls came within PTL_BUSY_POLL_GAP_US of the
     // application's previous call into the engine, smoothed, out of kShortPollsAll. A share, not

@@ -106,7 +106,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         vc.timeout_ms = cfg_.tcp_timeout_ms;
         vc.defer_returns = cfg_.progress_thread;
         verbs_ = verbs::VerbsWire::create(
-            self_, vc, tcp_.get(), [this] { shm_->wake(); }, &err);
+            self_, vc, tcp_.get(), [this] { on_verbs_completion(); }, &err);
         if (verbs_) verbs_->set_bulk_done([this](uint64_t cookie, bool ok) { on_bulk_done(cookie, ok); });
         // Auto without a device is an ordinary host without RDMA; a named device or
         // PTL_WIRE=verbs that cannot be had is the user's mistake to hear about.
@@ -242,6 +242,11 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
         return (exports_ && exports_->header.counted.load(std::memory_order_seq_cst)) ||
                (also_due && also_due());
     };
+    struct Sleeping {
+        std::atomic<uint32_t> &n;
+        explicit Sleeping(std::atomic<uint32_t> &c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
+        ~Sleeping() { n.fetch_sub(1, std::memory_order_relaxed); }
+    } sleeping(traffic_sleepers_);
     if (tcp_)
         shm_->wait_for_traffic(
             timeout_us,
@@ -258,6 +263,28 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
             counted);
     else
         shm_->wait_for_traffic(timeout_us, {}, counted);
+}
+
+// A completion that a sleeper armed the verbs wire for (or news it found while arming), seen by
+// its watcher thread. Handing it to the progress thread cost a second thread's wake-up before
+// the application's: the watcher handles it itself when the lock is free, arms the wire again
+// for the next one (the progress thread sleeps on) and wakes whoever the events are for.
+// Otherwise - the lock held, as when arming calls this, or no progress thread (PTL_PROGRESS=
+// manual, where only the application's calls make progress) - it wakes the sleeper. Only while
+// the progress thread sleeps on traffic: an application polling by itself meanwhile must not
+// find the wire armed again behind its back (a wake-up per completion, competing with it).
+void Engine::on_verbs_completion() {
+#ifdef PTL_HAVE_VERBS
+    if (cfg_.progress_thread && traffic_sleepers_.load(std::memory_order_relaxed) && mu_.try_lock()) {
+        if (verbs_ && phys_open_) {
+            progress_locked();
+            verbs_->arm_wakeup();  // its news, if any, wakes the progress thread (the lock is ours)
+        }
+        mu_.unlock();
+        return;
+    }
+#endif
+    if (shm_) shm_->wake();
 }
 
 bool Engine::send(PeerId to, const proto::Header &h, const struct iovec *payload, int n, bool deferrable) {
