@@ -276,11 +276,15 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
 void Engine::on_verbs_completion() {
 #ifdef PTL_HAVE_VERBS
     if (cfg_.progress_thread && traffic_sleepers_.load(std::memory_order_relaxed) && mu_.try_lock()) {
+        bool more = false;
         if (verbs_ && phys_open_) {
             progress_locked();
             verbs_->arm_wakeup();  // its news, if any, wakes the progress thread (the lock is ours)
+            // What only the progress thread's loop retries: held requests, queued sends.
+            more = !held_.empty() || loop_->pending() || shm_->has_backlog();
         }
         mu_.unlock();
+        if (more) shm_->wake();
         return;
     }
 #endif
