@@ -100,19 +100,22 @@ int PtlXEQTakeMany(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsign
  * engine's lock; such skipped polls only postpone work, two calls in sixteen always run it. */
 int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsigned *taken);
 
-/* What the process's wires hold on the RDMA device (the same for every NI; zeros where no
- * verbs wire is open):
+/* What the process's wires hold on the RDMA device and in the kernel (the same for every NI;
+ * zeros where no verbs wire is open, but for tcp_connections):
  *   pinned_bytes      registered for the wires themselves: receive and send buffers, and the
  *                     device's queues (their sizes estimated from the entries the device gave)
  *   registered_bytes  application memory registered with the device: the registration
  *                     cache's regions, in use or kept, and one-sided exports
  *   rdma_peers        peers with an RDMA connection up
+ *   tcp_connections   sockets of the tcp wire, both directions (an RDMA peer's closes once its
+ *                     QP is up: they carry setup and the peers without RDMA)
  * Returns PTL_OK, PTL_ARG_INVALID for a bad handle or a NULL `usage`, PTL_NO_INIT. PTL_TRACE
  * prints the same figures as each connection comes up. */
 typedef struct {
     ptl_size_t pinned_bytes;
     ptl_size_t registered_bytes;
     ptl_size_t rdma_peers;
+    ptl_size_t tcp_connections;
 } ptlx_wire_usage_t;
 int PtlXWireUsage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage);
 

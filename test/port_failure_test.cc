@@ -1,10 +1,12 @@
 // The RDMA port of one host going down and coming back (verbs wire; digest F1, N1): the
 // operations of the process on that host fail with error events instead of hanging, its peer
 // counts as failed; once the port is active again the two reconnect by themselves and
-// messages flow both ways. Run by test/run_verbs_guest.sh with `ptlrun -n 2`, the ranks on two
-// soft-RoCE hosts of contrib/guest-rxe-hosts.sh, whose RDMA links live in the initial network
-// namespace: rank 0 takes its own device's link down and up there (nsenter, as root), while the
-// tcp wire's links (each host's eth0, which carries connection setup) stay up.
+// messages flow both ways. Once a QP is up the tcp connections between the two close
+// (verbs_wire.h); the setup after the port's return opens one again, which closes too. Run by
+// test/run_verbs_guest.sh with `ptlrun -n 2`, the ranks on two soft-RoCE hosts of
+// contrib/guest-rxe-hosts.sh, whose RDMA links live in the initial network namespace: rank 0
+// takes its own device's link down and up there (nsenter, as root), while the tcp wire's links
+// (each host's eth0, which carries connection setup) stay up.
 #include <portals4_ext.h>
 #include <portals4_rt.h>
 
@@ -25,6 +27,7 @@ constexpr ptl_pt_index_t kPt = 7;
 // retries run out (PTL_VERBS_ACK_TIMEOUT: 7 x 1.07 s).
 constexpr double kNoticeBoundS = 3;
 constexpr double kReconnectBoundS = 30;  // the port's return, then a new QP by the tcp wire
+constexpr double kControlCloseBoundS = 5;
 
 // The network device under PTL_VERBS_DEVICE (name[:port]), as `rdma link` names it in the
 // initial network namespace (in ours the netdev is not shown).
@@ -106,6 +109,20 @@ bool peer_becomes(const Job &j, const ptl_process_t &peer, int alive, double bou
     return false;
 }
 
+// Whether the tcp wire's connections (setup of the QP) are all closed within `bound_s`.
+bool control_connections_close(const Job &j, double bound_s) {
+    const double give_up = now_s() + bound_s;
+    ptlx_wire_usage_t u{};
+    do {
+        if (PtlXWireUsage(j.ni, &u) == PTL_OK && u.tcp_connections == 0) return true;
+        PtlXProgress();
+        ptl_event_t ev;
+        PtlEQGet(j.eq, &ev);
+    } while (now_s() < give_up);
+    std::printf("tcp connections still open: %llu\n", (unsigned long long)u.tcp_connections);
+    return false;
+}
+
 TEST(PortFailure, LinkDownFailsOperationsAndTheReturnReconnects_F1) {
     ASSERT_EQ(ptlrt_size(), 2) << "run with ptlrun -n 2";
     if (!std::getenv("PTL_VERBS_DEVICE")) GTEST_SKIP() << "needs the verbs wire (PTL_VERBS_DEVICE)";
@@ -117,6 +134,7 @@ TEST(PortFailure, LinkDownFailsOperationsAndTheReturnReconnects_F1) {
         const std::string netdev = netdev_of_rdma_device();
         ASSERT_FALSE(netdev.empty()) << "no netdev under PTL_VERBS_DEVICE (rdma link show)";
         ASSERT_EQ(put_acked(j, j.ids[other], kReconnectBoundS), PTL_NI_OK) << "the first put (connection)";
+        EXPECT_TRUE(control_connections_close(j, kControlCloseBoundS)) << "tcp kept after the QP came up";
 
         ASSERT_TRUE(set_link(netdev, "down")) << "cannot take " << netdev << " down";
         double t0 = now_s();
@@ -137,11 +155,13 @@ TEST(PortFailure, LinkDownFailsOperationsAndTheReturnReconnects_F1) {
         t0 = now_s();
         EXPECT_EQ(put_acked(j, j.ids[other], kReconnectBoundS), PTL_NI_OK) << "no reconnection";
         std::printf("port up: a put acknowledged after %.3f s\n", now_s() - t0);
+        EXPECT_TRUE(control_connections_close(j, kControlCloseBoundS)) << "tcp kept after reconnecting";
     }
     ASSERT_EQ(ptlrt_barrier(), 0);  // rank 0 reconnected
     if (me == 1) {
         // Our old QP to rank 0 was replaced when it reconnected, or fails now and is replaced.
         EXPECT_EQ(put_acked(j, j.ids[other], kReconnectBoundS), PTL_NI_OK) << "no way back to rank 0";
+        EXPECT_TRUE(control_connections_close(j, kControlCloseBoundS)) << "tcp kept after the QP came up";
     }
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMEUnlink(j.me), PTL_OK);

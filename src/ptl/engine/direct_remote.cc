@@ -257,8 +257,9 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait)
             break;
         }
         rdma_->progress(deliver_);
-        // A holder's death shows on its tcp connection (setup and liveness): read it, or a
-        // process tearing down after its peer exited waits out the whole bound.
+        // A holder's death shows on the tcp wire (its connection, or the probe peer_gone
+        // started): read it, or a process tearing down after its peer exited waits out the
+        // whole bound.
         if (tcp_) tcp_->progress(tcp_deliver_, monotonic_ns());
         sched_yield();
     }

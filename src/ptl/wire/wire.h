@@ -97,6 +97,11 @@ public:
 
     // Whether the peer process is known to have gone away.
     virtual bool peer_dead(PeerId) { return false; }
+    // Another wire carries everything to `peer` from now on: close our connections to it
+    // without taking that for its death (a later send opens a new one).
+    virtual void release_peer(PeerId) {}
+    // Finds out, without waiting, whether `peer`'s process still exists; peer_dead tells later.
+    virtual void probe_peer(PeerId) {}
 
     // One-sided access to memory a peer registered for it (the direct path over RDMA: the
     // peer's CPU takes no part). Wires without it keep these defaults.

@@ -73,6 +73,12 @@ bool FrameReader::parse_staged(const Deliver &deliver) {
     while (used_ - off >= sizeof(FrameHead)) {
         FrameHead fh;
         std::memcpy(&fh, stage_.data() + off, sizeof fh);
+        if (bye_) return fail();
+        if (fh.header_len == 0 && fh.reserved == kByeMark && fh.reserved2 == 0 && fh.payload_len == 0) {
+            bye_ = true;
+            off += sizeof fh;
+            continue;
+        }
         if (fh.header_len == 0 || fh.header_len > kMaxHeader || fh.reserved || fh.reserved2 ||
             fh.payload_len > max_payload_)
             return fail();

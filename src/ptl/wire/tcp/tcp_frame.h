@@ -6,6 +6,8 @@
 // FrameReader is the receiving side's parser: it never trusts a length from the peer
 // (bounded header, bounded payload, memory grown only as bytes really arrive) and reports a
 // malformed stream instead of guessing, since a byte stream cannot resynchronise.
+// A side that is done with a connection (another wire carries the pair's messages) ends its
+// stream with a Bye frame before closing its half: the end that follows is not the peer's death.
 #pragma once
 
 #include <cstddef>
@@ -31,11 +33,14 @@ static_assert(sizeof(Hello) == 16);
 
 struct FrameHead {
     uint16_t header_len;
-    uint16_t reserved;
+    uint16_t reserved;  // kByeMark in a Bye (header_len 0), else 0
     uint32_t reserved2;
     uint64_t payload_len;
 };
 static_assert(sizeof(FrameHead) == 16);
+
+constexpr uint16_t kByeMark = 0x4542;  // "BE"
+constexpr FrameHead kBye{0, kByeMark, 0, 0};
 
 class FrameReader {
 public:
@@ -61,6 +66,8 @@ public:
     uint32_t peer_nid() const { return hello_.nid; }
     uint32_t peer_pid() const { return hello_.pid; }
     bool failed() const { return failed_; }
+    // The peer ended its stream with a Bye (nothing may follow it).
+    bool saw_bye() const { return bye_; }
     // Bytes of a frame received but not yet complete (0 between frames).
     bool mid_frame() const { return used_ != 0 || big_fill_ != 0; }
 
@@ -79,6 +86,7 @@ private:
     Hello hello_{};
     bool hello_done_ = false;
     bool failed_ = false;
+    bool bye_ = false;
 };
 
 }  // namespace ptl::tcp

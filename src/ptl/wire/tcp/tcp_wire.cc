@@ -330,7 +330,8 @@ void TcpWire::queue_copy(Conn &c, const struct iovec *iov, int n, size_t skip) {
 void TcpWire::set_want_out(Conn &c, bool on) {
     if (c.want_out == on) return;
     c.want_out = on;
-    watch_fd(c, EPOLLIN | EPOLLRDHUP | (on ? uint32_t(EPOLLOUT) : 0u), EPOLL_CTL_MOD);
+    watch_fd(c, (c.peer_eof ? 0u : uint32_t(EPOLLIN | EPOLLRDHUP)) | (on ? uint32_t(EPOLLOUT) : 0u),
+             EPOLL_CTL_MOD);
 }
 
 bool TcpWire::watch_fd(Conn &c, uint32_t events, int op) {
@@ -382,6 +383,10 @@ bool TcpWire::flush(Conn &c) {
         consume_queue(c, size_t(w));
     }
     set_want_out(c, false);
+    if (c.bye_sent && !c.shut) {
+        shutdown(c.fd, SHUT_WR);
+        c.shut = true;
+    }
     return true;
 }
 
@@ -390,15 +395,13 @@ void TcpWire::close_conn(Conn &c, bool peer_gone) {
     const int fd = c.fd;
     const PeerId peer = c.peer;
     const bool known = c.outgoing || (c.reader && c.reader->has_hello());
+    // Whatever ends a connection either side said Bye on, it is not the peer's death.
+    if (c.bye_sent || (c.reader && c.reader->saw_bye())) peer_gone = false;
     epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     if (c.connecting) --connecting_;
-    if (known) {
-        for (auto *by_peer : {&out_, &replyable_}) {
-            auto it = by_peer->find(peer);
-            if (it != by_peer->end() && it->second == &c) by_peer->erase(it);
-        }
-    }
+    if (c.probe) probing_.erase(peer);
+    if (known) unmap(c);
     if (peer_gone && known) {
         dead_.insert(peer);
         // The peer will not read what we still had queued for it either.
@@ -406,6 +409,61 @@ void TcpWire::close_conn(Conn &c, bool peer_gone) {
         if (it != out_.end() && it->second != &c) close_conn(*it->second, false);
     }
     conns_.erase(fd);
+}
+
+void TcpWire::unmap(Conn &c) {
+    for (auto *by_peer : {&out_, &replyable_}) {
+        auto it = by_peer->find(c.peer);
+        if (it != by_peer->end() && it->second == &c) by_peer->erase(it);
+    }
+}
+
+bool TcpWire::say_bye(Conn &c) {
+    if (c.bye_sent) return true;
+    c.bye_sent = true;
+    uncork(c);
+    c.queue.emplace_back(reinterpret_cast<const char *>(&kBye),
+                         reinterpret_cast<const char *>(&kBye) + sizeof kBye);
+    return c.connecting || flush(c);  // a connection still opening sends it once open
+}
+
+void TcpWire::release_peer(PeerId peer) {
+    for (auto *by_peer : {&out_, &replyable_}) {
+        auto it = by_peer->find(peer);
+        if (it == by_peer->end()) continue;
+        Conn *c = it->second;
+        by_peer->erase(it);
+        if (!say_bye(*c)) close_conn(*c, false);
+    }
+}
+
+void TcpWire::probe_peer(PeerId to) {
+    if (dead_.count(to) || probing_.count(to) || !port_ok(cfg_.port_base, to.pid)) return;
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return;  // out of descriptors: no verdict
+    const sockaddr_in a = address_of(to, cfg_.port_base);
+    if (connect(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a) == 0) {
+        close(fd);  // there
+        return;
+    }
+    const int e = errno;
+    if (e != EINPROGRESS) {
+        close(fd);
+        if (e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH) dead_.insert(to);
+        return;
+    }
+    auto c = std::make_unique<Conn>();
+    c->fd = fd;
+    c->outgoing = c->connecting = c->probe = true;
+    c->peer = to;
+    c->started_ns = monotonic_ns();
+    if (!watch_fd(*c, EPOLLOUT, EPOLL_CTL_ADD)) {
+        close(fd);
+        return;
+    }
+    ++connecting_;
+    probing_.insert(to);
+    conns_.emplace(fd, std::move(c));
 }
 
 void TcpWire::accept_all() {
@@ -438,9 +496,17 @@ int TcpWire::on_event(Conn &c, uint32_t events, const MessageHandler &handler) {
         }
         c.connecting = false;
         --connecting_;
+        if (c.probe) {  // the process is there: that was all we wanted to know
+            close_conn(c, false);
+            return 0;
+        }
     }
     if ((events & EPOLLOUT) && !flush(c)) {
         close_conn(c, true);
+        return 0;
+    }
+    if (c.peer_eof && c.shut) {  // both sides said Bye and ended their streams
+        close_conn(c, false);
         return 0;
     }
     // Frames, or the end of the connection (read tells which).
@@ -474,6 +540,12 @@ int TcpWire::read_frames(Conn &c, const MessageHandler &handler) {
         }
         if (r == 0) {
             if (rd.mid_frame()) ++malformed_;  // a truncated frame
+            if (rd.saw_bye() && !rd.mid_frame() && !c.shut) {
+                // Our own frames and Bye still have to leave; then the connection closes.
+                c.peer_eof = true;
+                watch_fd(c, EPOLLOUT, EPOLL_CTL_MOD);
+                return work;
+            }
             close_conn(c, true);
             return work;
         }
@@ -487,6 +559,15 @@ int TcpWire::read_frames(Conn &c, const MessageHandler &handler) {
             c.peer = {rd.peer_nid(), rd.peer_pid()};
             dead_.erase(c.peer);  // a new incarnation of a (nid, pid) we saw die
             if (rd.peer_reads_replies() && !out_.count(c.peer)) replyable_[c.peer] = &c;
+        }
+        if (rd.saw_bye() && !c.bye_sent) {
+            // The peer is done with this connection: our sends take another, and our Bye
+            // ends our side.
+            unmap(c);
+            if (!say_bye(c)) {
+                close_conn(c, false);
+                return work;
+            }
         }
         if (size_t(r) < room) {
             // Drained in the middle of a frame: the peer is streaming one larger than its

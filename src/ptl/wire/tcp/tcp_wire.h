@@ -51,6 +51,13 @@ public:
     // As progress, with the caller's reading of monotonic_ns (idle polls are rationed by it).
     int progress(const MessageHandler &handler, uint64_t now_ns);
     bool peer_dead(PeerId) override;
+    // Ends our connections to `peer` with a Bye (tcp_frame.h), each closed once the peer ends
+    // its side too; a peer that answers a Bye, dies or resets one of these connections is not
+    // taken for dead. The next send to it opens a new connection.
+    void release_peer(PeerId peer) override;
+    // Connects to `peer`'s listening port and hangs up at once: refused (the process is gone,
+    // its host answers for it) or no answer within timeout_ms makes it dead.
+    void probe_peer(PeerId peer) override;
 
     // The next readiness of any socket calls `wake` once. Call after deciding to sleep.
     void arm_wakeup();
@@ -87,6 +94,10 @@ private:
         uint64_t last_send_ns = 0;  // with cork_ns: when the last frame was sent or corked
         // what arrives; made by the first byte on a connection we opened
         std::unique_ptr<FrameReader> reader;
+        bool probe = false;     // probe_peer's: closed as soon as it connects
+        bool bye_sent = false;  // our Bye is queued: no new frames, write side shut after it
+        bool shut = false;      // our write side is shut (the Bye left)
+        bool peer_eof = false;  // the peer ended its side after its Bye
     };
 
     TcpWire(PeerId self, const TcpConfig &cfg) : self_(self), cfg_(cfg) {}
@@ -113,6 +124,9 @@ private:
     void set_want_out(Conn &c, bool on);
     bool watch_fd(Conn &c, uint32_t events, int op);
     void close_conn(Conn &c, bool peer_gone);
+    // Queues our Bye and flushes; false if the connection failed.
+    bool say_bye(Conn &c);
+    void unmap(Conn &c);  // no longer where we send to its peer
     void check_connect_timeouts();
     void watch();
 
@@ -125,6 +139,7 @@ private:
     // Connections peers opened to us that they also read, by peer, while we send them nothing.
     std::unordered_map<PeerId, Conn *, PeerIdHash> replyable_;
     std::unordered_set<PeerId, PeerIdHash> dead_;
+    std::unordered_set<PeerId, PeerIdHash> probing_;
     std::vector<Conn *> corked_;  // the connections with corked set
     uint64_t cork_due_ns_ = 0;    // by when the application's corked frames leave; 0: none corked
     std::function<void(uint64_t)> cork_hook_;

@@ -318,6 +318,26 @@ void VerbsWire::promote(Conn &c) {
     c.state = State::Ready;
     --accepting_;
     drain(c);
+    if (c.state == State::Ready) release_control(c);
+}
+
+void VerbsWire::release_control(Conn &c) {
+    c.released = true;
+    c.heard_mark = c.heard;
+    c.quiet_since_ns = monotonic_ns();
+    control_->release_peer(c.peer);
+}
+
+void VerbsWire::suspect(Conn &c) {
+    const uint64_t now = monotonic_ns(), quiet = uint64_t(cfg_.probe_ms) * 1000000ull;
+    if (c.heard != c.heard_mark) {
+        c.heard_mark = c.heard;
+        c.quiet_since_ns = now;
+        return;
+    }
+    if (now - c.quiet_since_ns < quiet || now - c.probed_ns < quiet) return;
+    c.probed_ns = now;
+    control_->probe_peer(c.peer);
 }
 
 void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
@@ -372,6 +392,7 @@ void VerbsWire::on_accept(PeerId from, const ControlMsg &m) {
     ControlMsg r = describe(ControlKind::Ready, c);
     control_->send(from, &r, sizeof r, nullptr, 0);
     drain(c);
+    if (c.state == State::Ready) release_control(c);  // after READY: the Bye follows it
     if (peer_connected_) peer_connected_(from);
 }
 
@@ -487,7 +508,14 @@ void VerbsWire::check_timeouts() {
 
 bool VerbsWire::peer_dead(PeerId p) {
     if (dead_.count(p)) return true;
-    return control_->peer_dead(p);
+    auto it = conns_.find(p);
+    Conn *c = it == conns_.end() ? nullptr : it->second.get();
+    if (c && c->released && c->state != State::Failed) suspect(*c);
+    if (!control_->peer_dead(p)) return false;
+    // Its process is gone: what the device still holds for it fails now, not at its retry limit.
+    // (Quietly: peers exit at the end of every job.)
+    if (c && c->state != State::OverControl && c->state != State::Failed) fail(*c);
+    return true;
 }
 
 uint64_t VerbsWire::take_malformed() {
@@ -843,6 +871,7 @@ int VerbsWire::handle_recv(const ibv_wc &wc, const MessageHandler &handler) {
         post_rx(slot);
         return 1;
     }
+    ++c->heard;
     if (wc.byte_len > 0)
         on_receive(*c, slot, wc.byte_len, handler);
     else
@@ -911,6 +940,7 @@ void VerbsWire::on_send_done(const ibv_wc &wc) {
     }
     send_budget_ += seq + 1 - c.sq_done;
     c.sq_done = seq + 1;
+    if (ok) ++c.heard;
     // A bad key (the peer revoked the memory before we knew), a peer gone: the QP is broken,
     // the peer lost to us.
     if (!ok && c.state != State::Failed) fail(c);

@@ -2,7 +2,9 @@
 // soft-RoCE in the guest tests). Each pair of processes shares one reliable-connected QP for
 // both directions, created by whichever sends first (both at once: the lower (nid, pid)'s
 // attempt wins) and agreed over the tcp wire (verbs_control.h); messages wait in order until
-// it is up, or go over tcp when the peer has no verbs.
+// it is up, or go over tcp when the peer has no verbs. Once a QP is up the tcp connections to
+// that peer close (a peer costs no descriptor): a later setup opens one again, and a peer we wait
+// on that stays silent for probe_ms is probed on its tcp port (refused: its process is gone).
 //
 // Memory does not grow with peers: every QP receives from one shared receive queue (SRQ) of
 // srq_depth buffers, and sends leave from one pool of tx_bufs buffers (or straight from the
@@ -42,6 +44,7 @@ struct VerbsConfig {
     uint32_t buf_size = 8192;                  // PTL_VERBS_BUF_SIZE
     uint32_t send_queue = 4096;                // PTL_VERBS_SEND_QUEUE: sends in flight, all peers together
     long bulk_timeout_ms = 10000;              // PTL_VERBS_BULK_TIMEOUT_MS: an RDMA transfer's deadline
+    long probe_ms = 1000;                      // PTL_VERBS_PROBE_MS: silence before a probe (peer_dead)
     uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
     long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
     uint8_t ack_timeout = 18;                  // QP ACK timeout exponent: 4.096 us << 18 = 1.07 s, 7 retries
@@ -169,6 +172,10 @@ private:
         bool peer_wants = false;    // its last send asked for our word (it would go direct)
         bool told_holding = false;  // the holding bit of the last word we sent
         bool port_failed = false;   // failed by a port or device event: may reconnect when it is back
+        // Liveness once the control wire let go of the peer: completions seen from it (heard),
+        // the count at the last look and since when it has not changed, the last probe.
+        bool released = false;
+        uint64_t heard = 0, heard_mark = 0, quiet_since_ns = 0, probed_ns = 0;
         ~Conn();
     };
 
@@ -184,6 +191,10 @@ private:
     void on_accept(PeerId from, const ControlMsg &c);
     void fall_back(Conn &c);
     void fail(Conn &c);
+    // The QP is up both ways: the control wire's connections to the peer close.
+    void release_control(Conn &c);
+    // Probes a released peer that has been silent for probe_ms (peer_dead's caller waits on it).
+    void suspect(Conn &c);
     uint32_t sq_room(const Conn &c) const;
     uint32_t credit_word(Conn &c);
     void owe(Conn &c);
