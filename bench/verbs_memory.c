@@ -5,11 +5,14 @@
  *   - the engine's own count (PtlXWireUsage: buffers and queues the wires keep registered
  *     with the device) and its RDMA peer count;
  *   - the kernel's (VmPin in /proc/self/status: pages pinned by registrations), which holds
- *     for any build, also one without the counter (printed as -1 there).
+ *     for any build, also one without the counter (printed as -1 there);
+ *   - the tcp wire's connections (PtlXWireUsage's tcp_connections; -1 before it existed) and
+ *     the process's open descriptors: an RDMA peer should cost neither once connected.
  * Rank 0 prints one line per rank and the smallest and largest of each column.
  *
  *   ptlrun -n N [launcher...] verbs_memory
  */
+#include <dirent.h>
 #include <portals4.h>
 #include <portals4_ext.h>
 #include <portals4_rt.h>
@@ -22,8 +25,18 @@
 #define PT_INDEX 7
 
 struct Row {
-    long long rdma_peers, other_host_peers, engine_pinned, vm_pin_kib;
+    long long rdma_peers, other_host_peers, engine_pinned, vm_pin_kib, tcp_conns, fds;
 };
+
+static long long open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    long long n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
 
 static long long vm_pin_kib(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -91,29 +104,38 @@ int main(void) {
     ptlrt_barrier();  // every rank's connections are up before anyone counts
 
     ptlx_wire_usage_t u;
-    const int have_usage = PtlXWireUsage && PtlXWireUsage(ni, &u) == PTL_OK;
-    struct Row mine = {have_usage ? (long long)u.rdma_peers : -1, other_host,
-                       have_usage ? (long long)u.pinned_bytes : -1, vm_pin_kib()};
+    memset(&u, 0xff, sizeof u); /* a build before tcp_connections leaves it at -1 */
+    int have_usage = PtlXWireUsage && PtlXWireUsage(ni, &u) == PTL_OK;
+    /* The tcp connections of RDMA peers close just after their QPs come up: give them 2 s. */
+    for (const double until = now_us() + 2e6; have_usage && u.tcp_connections + 1 > 1 && now_us() < until;) {
+        PtlXProgress();
+        have_usage = PtlXWireUsage(ni, &u) == PTL_OK;
+    }
+    struct Row mine = {have_usage ? (long long)u.rdma_peers : -1,      other_host,
+                       have_usage ? (long long)u.pinned_bytes : -1,    vm_pin_kib(),
+                       have_usage ? (long long)u.tcp_connections : -1, open_fds()};
     struct Row *all = calloc((size_t)size, sizeof *all);
     if (ptlrt_allgather(&mine, all, sizeof mine) != 0) return 1;
     if (rank == 0) {
         printf("# verbs_memory: %d ranks, PTL_WIRE=%s; rank 0 reached all in %.1f ms\n", size,
                getenv("PTL_WIRE") ? getenv("PTL_WIRE") : "auto", connect_ms);
-        printf("%-6s %-11s %-11s %-15s %-12s\n", "rank", "rdma_peers", "other_host", "engine_pinned_B",
-               "vm_pin_KiB");
+        printf("%-6s %-11s %-11s %-15s %-12s %-9s %-5s\n", "rank", "rdma_peers", "other_host",
+               "engine_pinned_B", "vm_pin_KiB", "tcp_conns", "fds");
         struct Row lo = all[0], hi = all[0];
         for (int r = 0; r < size; ++r) {
-            printf("%-6d %-11lld %-11lld %-15lld %-12lld\n", r, all[r].rdma_peers, all[r].other_host_peers,
-                   all[r].engine_pinned, all[r].vm_pin_kib);
+            printf("%-6d %-11lld %-11lld %-15lld %-12lld %-9lld %-5lld\n", r, all[r].rdma_peers,
+                   all[r].other_host_peers, all[r].engine_pinned, all[r].vm_pin_kib, all[r].tcp_conns,
+                   all[r].fds);
 #define MINMAX(f)                         \
     if (all[r].f < lo.f) lo.f = all[r].f; \
     if (all[r].f > hi.f) hi.f = all[r].f;
-            MINMAX(rdma_peers) MINMAX(other_host_peers) MINMAX(engine_pinned) MINMAX(vm_pin_kib)
+            MINMAX(rdma_peers)
+            MINMAX(other_host_peers) MINMAX(engine_pinned) MINMAX(vm_pin_kib) MINMAX(tcp_conns) MINMAX(fds)
         }
-        printf("min    %-11lld %-11lld %-15lld %-12lld\n", lo.rdma_peers, lo.other_host_peers,
-               lo.engine_pinned, lo.vm_pin_kib);
-        printf("max    %-11lld %-11lld %-15lld %-12lld\n", hi.rdma_peers, hi.other_host_peers,
-               hi.engine_pinned, hi.vm_pin_kib);
+        printf("min    %-11lld %-11lld %-15lld %-12lld %-9lld %-5lld\n", lo.rdma_peers, lo.other_host_peers,
+               lo.engine_pinned, lo.vm_pin_kib, lo.tcp_conns, lo.fds);
+        printf("max    %-11lld %-11lld %-15lld %-12lld %-9lld %-5lld\n", hi.rdma_peers, hi.other_host_peers,
+               hi.engine_pinned, hi.vm_pin_kib, hi.tcp_conns, hi.fds);
     }
     ptlrt_barrier();
     PtlNIFini(ni);

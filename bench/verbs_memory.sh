@@ -4,7 +4,8 @@
 # contrib/guest-run.sh; 2*P ranks, alternating between the hosts, so each rank has P peers
 # over RDMA (P = 2, 8, 32 by default) and P-1 over shared memory. Each rank puts to every
 # other (bench/verbs_memory) and reports what the engine counts (PtlXWireUsage) and what the
-# kernel counts (VmPin); the slope between the smallest and the largest P is the figure.
+# kernel counts (VmPin); the slope between the smallest and the largest P is the figure. Also
+# the tcp wire's connections and the open descriptors once all are connected.
 #   bench/verbs_memory.sh [BUILD_DIR]... > report   (several builds: each measured in turn)
 # PORTALS_UCX_MEMORY_PEERS="2 8 32" sets the peer counts.
 set -uo pipefail
@@ -40,7 +41,7 @@ for b in "${builds[@]}"; do
     line=$(echo "$out" | grep '^max ')
     [ -n "$line" ] && summary+=("$p ${line#max }")
   done
-  echo "### summary: peers, then the largest of: rdma_peers other_host engine_pinned_B vm_pin_KiB"
+  echo "### summary: peers, then the largest of: rdma_peers other_host engine_pinned_B vm_pin_KiB tcp_conns fds"
   printf '%s\n' "${summary[@]}"
   [ "${#summary[@]}" -ge 2 ] || continue
   first=(${summary[0]}) last=(${summary[-1]})
@@ -49,4 +50,6 @@ for b in "${builds[@]}"; do
     printf "slope: engine %.1f KiB per peer (intercept %.1f MiB); kernel VmPin %.1f KiB per peer (intercept %.1f MiB)\n",
       (e1 - e0) / (p1 - p0) / 1024, (e0 - (e1 - e0) / (p1 - p0) * p0) / 1048576,
       (v1 - v0) / (p1 - p0), (v0 - (v1 - v0) / (p1 - p0) * p0) / 1024 }'
+  # Descriptors: the shared-memory peers (P-1 of them) may cost some; RDMA peers should not.
+  echo "descriptors: ${first[6]} with ${first[0]} RDMA peers, ${last[6]} with ${last[0]} (tcp connections at most ${first[5]}, ${last[5]})"
 done
