@@ -20,7 +20,7 @@ stage "dependencies, build"
 ./contrib/install-deps.sh
 ./contrib/build.sh
 stage "make check"
-make -C _build -j"$(nproc)" check
+make -C _build -j"$(nproc)" check || { ./contrib/failed-test-logs.sh _build; exit 1; }
 stage "UCX 1.13.1 (installed): the component natively, ucx_perftest"
 ./contrib/ucx-check.sh installed
 stage "UCX 1.13.1: UCX's gtest"

@@ -137,42 +137,53 @@ bool TcpWire::listen_on(std::string *err) {
 
 TcpWire::Conn *TcpWire::send_conn(PeerId to) {
     auto in = replyable_.find(to);
-    if (in == replyable_.end()) return connect_to(to);
+    if (in == replyable_.end()) return start_connect(to, false);
     Conn *c = in->second;
     replyable_.erase(in);
     out_.emplace(to, c);
     return c;
 }
 
-TcpWire::Conn *TcpWire::connect_to(PeerId to) {
+// A non-blocking connect to `to`'s port, watched until it completes. A connection for sending
+// starts with our Hello; a probe only wants to know that the port answers.
+TcpWire::Conn *TcpWire::start_connect(PeerId to, bool probe) {
     if (!port_ok(cfg_.port_base, to.pid)) return nullptr;
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return nullptr;
+    if (fd < 0) return nullptr;  // out of descriptors: our shortage, no verdict on the peer
     tune(fd, cfg_.timeout_ms);
     const sockaddr_in a = address_of(to, cfg_.port_base);
-    const int r = connect(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a);
-    if (r != 0 && errno != EINPROGRESS) {
+    if (connect(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+        const int e = errno;
         close(fd);
-        dead_.insert(to);  // refused: nobody listens there
+        // Nobody listens there, or the host cannot be reached. Other errors (EADDRNOTAVAIL,
+        // ENOBUFS) are this host's shortage: the send fails, the peer is not dead.
+        if (e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH) dead_.insert(to);
         return nullptr;
     }
     auto c = std::make_unique<Conn>();
     c->fd = fd;
-    c->outgoing = true;
-    c->connecting = true;
+    c->outgoing = c->connecting = true;
+    c->probe = probe;
     c->peer = to;
     c->started_ns = monotonic_ns();
-    const Hello h{kHelloMagic, kVersion, 0, self_.nid, self_.pid};
-    c->queue.emplace_back(reinterpret_cast<const char *>(&h), reinterpret_cast<const char *>(&h) + sizeof h);
-    c->want_out = true;
-    if (!watch_fd(*c, EPOLLOUT | EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD)) {
+    if (!probe) {
+        const Hello h{kHelloMagic, kVersion, 0, self_.nid, self_.pid};
+        c->queue.emplace_back(reinterpret_cast<const char *>(&h),
+                              reinterpret_cast<const char *>(&h) + sizeof h);
+        c->want_out = true;
+    }
+    if (!watch_fd(*c, probe ? uint32_t(EPOLLOUT) : uint32_t(EPOLLOUT | EPOLLIN | EPOLLRDHUP),
+                  EPOLL_CTL_ADD)) {
         close(fd);
         return nullptr;
     }
     ++connecting_;
     Conn *raw = c.get();
     conns_.emplace(fd, std::move(c));
-    out_.emplace(to, raw);
+    if (probe)
+        probing_.insert(to);
+    else
+        out_.emplace(to, raw);
     return raw;
 }
 
@@ -438,32 +449,7 @@ void TcpWire::release_peer(PeerId peer) {
 }
 
 void TcpWire::probe_peer(PeerId to) {
-    if (dead_.count(to) || probing_.count(to) || !port_ok(cfg_.port_base, to.pid)) return;
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return;  // out of descriptors: no verdict
-    const sockaddr_in a = address_of(to, cfg_.port_base);
-    if (connect(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a) == 0) {
-        close(fd);  // there
-        return;
-    }
-    const int e = errno;
-    if (e != EINPROGRESS) {
-        close(fd);
-        if (e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH) dead_.insert(to);
-        return;
-    }
-    auto c = std::make_unique<Conn>();
-    c->fd = fd;
-    c->outgoing = c->connecting = c->probe = true;
-    c->peer = to;
-    c->started_ns = monotonic_ns();
-    if (!watch_fd(*c, EPOLLOUT, EPOLL_CTL_ADD)) {
-        close(fd);
-        return;
-    }
-    ++connecting_;
-    probing_.insert(to);
-    conns_.emplace(fd, std::move(c));
+    if (!dead_.count(to) && !probing_.count(to)) start_connect(to, true);
 }
 
 void TcpWire::accept_all() {

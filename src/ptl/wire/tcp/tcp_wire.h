@@ -104,7 +104,7 @@ private:
     bool listen_on(std::string *err);
     // The connection our messages to `to` take from now on (opened if need be); null if none.
     Conn *send_conn(PeerId to);
-    Conn *connect_to(PeerId to);
+    Conn *start_connect(PeerId to, bool probe);
     void accept_all();
     int on_event(Conn &c, uint32_t events, const MessageHandler &handler);
     int read_frames(Conn &c, const MessageHandler &handler);
