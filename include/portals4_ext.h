@@ -109,6 +109,7 @@ int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsign
  *   rdma_peers        peers with an RDMA connection up
  *   tcp_connections   sockets of the tcp wire, both directions (an RDMA peer's closes once its
  *                     QP is up: they carry setup and the peers without RDMA)
+ *   rdma_qps_closed   RDMA connections closed to stay within PTL_VERBS_MAX_QPS, by either side
  * Returns PTL_OK, PTL_ARG_INVALID for a bad handle or a NULL `usage`, PTL_NO_INIT. PTL_TRACE
  * prints the same figures as each connection comes up. */
 typedef struct {
@@ -116,6 +117,7 @@ typedef struct {
     ptl_size_t registered_bytes;
     ptl_size_t rdma_peers;
     ptl_size_t tcp_connections;
+    ptl_size_t rdma_qps_closed;
 } ptlx_wire_usage_t;
 int PtlXWireUsage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage);
 

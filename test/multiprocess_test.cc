@@ -708,3 +708,80 @@ int main(int argc, char **argv) {
     if (ptlrt_rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
     return RUN_ALL_TESTS();
 }
+
+// Issue 34's "beyond a configurable number of QPs, reclaim idle ones" (PTL_VERBS_MAX_QPS; run by
+// run_verbs_guest.sh with 8 RDMA peers per rank and a limit of 2): rounds of acknowledged puts,
+// each round to every rank at once, land whole and are acknowledged; between rounds the RDMA
+// connections settle back within the limit (idle ones close, whichever side asks), and the next
+// round connects again.
+TEST_F(Job, RdmaConnectionsBeyondTheLimitCloseWhenIdleAndReopen) {
+    const char *limit_env = std::getenv("PTL_VERBS_MAX_QPS");
+    if (!limit_env || !std::getenv("PTL_VERBS_DEVICE")) GTEST_SKIP() << "PTL_VERBS_MAX_QPS over verbs only";
+    const ptl_size_t limit = ptl_size_t(std::atol(limit_env));
+    constexpr int kRounds = 4;
+    const int n = nranks(), me_rank = rank();
+    std::vector<ptl_process_t> map(static_cast<size_t>(n));
+    ptl_size_t got_map = 0;
+    ASSERT_EQ(PtlGetMap(ni_, ptl_size_t(n), map.data(), &got_map), PTL_OK);
+    ptl_process_t self{};
+    ASSERT_EQ(PtlGetPhysId(ni_, &self), PTL_OK);
+    const ptl_size_t remote = ptl_size_t(std::count_if(
+        map.begin(), map.end(), [&](const ptl_process_t &p) { return p.phys.nid != self.phys.nid; }));
+    std::vector<uint64_t> recv(size_t(n) * kRounds, 0);
+    ptl_handle_ct_t rct;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rct), PTL_OK);
+    ptl_me_t me =
+        me_from(-1, recv.data(), recv.size() * 8,
+                PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE | PTL_ME_EVENT_CT_COMM,
+                300, 0, rct);
+    ptl_handle_me_t h;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    std::vector<uint64_t> mine(kRounds);
+    for (int k = 0; k < kRounds; ++k) mine[size_t(k)] = uint64_t(me_rank) << 32 | uint64_t(k + 1);
+    const ptl_handle_md_t md = bind(mine.data(), kRounds * 8, PTL_MD_EVENT_SEND_DISABLE);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    auto settled = [&] {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        ptlx_wire_usage_t u{};
+        do {
+            ptl_event_t unused;
+            PtlEQGet(eq_, &unused);  // progress, where nobody else makes it
+            if (PtlXWireUsage(ni_, &u) == PTL_OK && u.rdma_peers <= limit) return true;
+        } while (std::chrono::steady_clock::now() < deadline);
+        ADD_FAILURE() << u.rdma_peers << " RDMA connections stay up, limit " << limit;
+        return false;
+    };
+    for (int k = 0; k < kRounds; ++k) {
+        for (int t = 0; t < n; ++t) {
+            if (t == me_rank) continue;
+            ASSERT_EQ(PtlPut(md, ptl_size_t(k) * 8, 8, PTL_ACK_REQ, to(t), pt_, 300,
+                             ptl_size_t(k * n + me_rank) * 8, nullptr, 0),
+                      PTL_OK);
+        }
+        for (int t = 1; t < n; ++t) {
+            const ptl_event_t ev = next_event(md_eq_);
+            ASSERT_EQ(ev.type, PTL_EVENT_ACK);
+            ASSERT_EQ(ev.ni_fail_type, PTL_NI_OK);
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);  // every rank's puts of this round acknowledged
+        ASSERT_TRUE(settled()) << "round " << k;
+        ASSERT_EQ(ptlrt_barrier(), 0);
+    }
+    EXPECT_EQ(ct_wait(rct, ptl_size_t((n - 1) * kRounds), 20000).failure, 0u);
+    for (int k = 0; k < kRounds; ++k)
+        for (int s = 0; s < n; ++s)
+            EXPECT_EQ(recv[size_t(k * n + s)], s == me_rank ? 0 : uint64_t(s) << 32 | uint64_t(k + 1))
+                << "from rank " << s << ", round " << k;
+    ptlx_wire_usage_t u{};
+    ASSERT_EQ(PtlXWireUsage(ni_, &u), PTL_OK);
+    if (remote > limit) {
+        EXPECT_GT(u.rdma_qps_closed, 0u) << remote << " RDMA peers, limit " << limit;
+    }
+    std::printf("rank %d: %llu RDMA peers, limit %llu: %llu connections closed, %llu up\n", me_rank,
+                (unsigned long long)remote, (unsigned long long)limit, (unsigned long long)u.rdma_qps_closed,
+                (unsigned long long)u.rdma_peers);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMEUnlink(h), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+    EXPECT_EQ(PtlCTFree(rct), PTL_OK);
+}

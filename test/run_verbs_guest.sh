@@ -8,7 +8,7 @@
 # sums and compare-and-swaps device atomics, and an access with a revoked key fails; a peer
 # killed in the middle of an RDMA read and of an RDMA write (test/run_bulk_failure.sh); a
 # host's RDMA port going down and coming back (test/port_failure_test.cc); a 16-rank
-# all-to-all across two hosts. Then checks
+# all-to-all across two hosts, also with at most 2 QPs per process (PTL_VERBS_MAX_QPS). Then checks
 # that each device carried RDMA traffic, so a silent fallback to tcp fails the test.
 #   test/run_verbs_guest.sh [BUILD_DIR]   (default: _build)
 # Exit status 77 (skipped) where no virtual machine can run.
@@ -39,6 +39,9 @@ $top/contrib/guest-rxe-hosts.sh 4 sh -c '
   echo "== 16 ranks on 2 hosts, 8 RDMA peers each: mp_tests all-to-all puts, atomics and tagged sends into one rank, zero-copy ring"
   NETNS_HOSTS="\$1 \$2" $build/ptlrun -n 16 --timeout 600 $top/contrib/netns-exec-rank.sh $build/test/mp_tests \
     --gtest_brief=1 --gtest_filter="Job.NoAckPuts*:Job.AtomicsContention*:Job.MatchedSends*:Job.LargeZeroCopy*" || exit 1
+  echo "== the same 16 ranks with PTL_VERBS_MAX_QPS=2: idle connections close (in band) and reopen when next used"
+  NETNS_HOSTS="\$1 \$2" PTL_VERBS_MAX_QPS=2 $build/ptlrun -n 16 --timeout 600 $top/contrib/netns-exec-rank.sh $build/test/mp_tests \
+    --gtest_brief=1 --gtest_filter="Job.RdmaConnections*:Job.NoAckPuts*:Job.MatchedSends*:Job.AtomicsContention*" || exit 1
   echo "== RDMA traffic per device"
   rdma statistic show | sed -n "s/^link \([^ ]*\) .* rdma_sends \([0-9]*\) rdma_recvs \([0-9]*\).*/\1 \2 \3/p" > /tmp/rdma.stats
   cat /tmp/rdma.stats

@@ -69,6 +69,7 @@ Config Config::from_env() {
     c.verbs_bulk_timeout_ms =
         std::clamp(env_long("PTL_VERBS_BULK_TIMEOUT_MS", c.verbs_bulk_timeout_ms), 10L, 3600L * 1000);
     c.verbs_probe_ms = std::clamp(env_long("PTL_VERBS_PROBE_MS", c.verbs_probe_ms), 10L, 3600L * 1000);
+    c.verbs_max_qps = uint32_t(std::clamp(env_long("PTL_VERBS_MAX_QPS", c.verbs_max_qps), 0L, 1L << 24));
     c.verbs_ack_timeout = int(std::clamp(env_long("PTL_VERBS_ACK_TIMEOUT", c.verbs_ack_timeout), 1L, 31L));
     c.verbs_buf_size = uint32_t(std::clamp(env_long("PTL_VERBS_BUF_SIZE", c.verbs_buf_size), 256L, 1L << 20));
     c.verbs_reg_cache = env_bool("PTL_VERBS_REG_CACHE", c.verbs_reg_cache);

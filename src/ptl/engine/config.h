@@ -42,6 +42,7 @@ struct Config {
     uint32_t verbs_send_queue = 4096;    // PTL_VERBS_SEND_QUEUE: sends in flight, all peers together
     long verbs_bulk_timeout_ms = 10000;  // PTL_VERBS_BULK_TIMEOUT_MS: deadline of one RDMA transfer
     long verbs_probe_ms = 1000;          // PTL_VERBS_PROBE_MS: silence before a waited-on peer is probed
+    uint32_t verbs_max_qps = 0;          // PTL_VERBS_MAX_QPS: idle QPs closed beyond it; 0: no limit
     uint32_t verbs_buf_size = 8192;  // PTL_VERBS_BUF_SIZE
     int verbs_ack_timeout = 18;      // PTL_VERBS_ACK_TIMEOUT: 4.096 us << 18 = 1.07 s, 7 retries
     bool verbs_reg_cache = true;                      // PTL_VERBS_REG_CACHE

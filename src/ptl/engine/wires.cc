@@ -99,6 +99,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         vc.send_queue = cfg_.verbs_send_queue;
         vc.bulk_timeout_ms = cfg_.verbs_bulk_timeout_ms;
         vc.probe_ms = cfg_.verbs_probe_ms;
+        vc.max_qps = cfg_.verbs_max_qps;
         vc.buf_size = cfg_.verbs_buf_size;
         vc.ack_timeout = uint8_t(cfg_.verbs_ack_timeout);
         vc.reg_cache = cfg_.verbs_reg_cache;
@@ -230,7 +231,7 @@ int Engine::wire_usage(ptl_handle_ni_t h, ptlx_wire_usage_t *usage) {
 #ifdef PTL_HAVE_VERBS
     if (verbs_) {
         const verbs::VerbsUsage u = verbs_->usage();
-        *usage = ptlx_wire_usage_t{u.pinned_bytes, u.registered_bytes, u.peers, 0};
+        *usage = ptlx_wire_usage_t{u.pinned_bytes, u.registered_bytes, u.peers, 0, u.qps_closed};
     }
 #endif
     if (tcp_) usage->tcp_connections = tcp_->connections();

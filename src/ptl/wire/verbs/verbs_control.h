@@ -27,7 +27,7 @@ struct ControlMsg {
     uint8_t kind;        // ControlKind
     uint8_t link_layer;  // IBV_LINK_LAYER_*
     uint8_t mtu;         // enum ibv_mtu of the sender's port
-    uint8_t reserved;
+    uint8_t reserved;    // kControlHolding
     uint32_t qpn;
     uint32_t psn;
     uint16_t lid;  // InfiniBand
@@ -38,6 +38,9 @@ struct ControlMsg {
     uint8_t gid[16];    // RoCE: the address the QP is reached at
 };
 static_assert(sizeof(ControlMsg) == 48);
+
+// The sender's engine holds messages back (CONNECT, ACCEPT): as the holding bit of a send's word.
+inline constexpr uint8_t kControlHolding = 1;
 
 inline constexpr uint32_t kControlMagic = 0x50564233;  // "PVB3": one QP per pair, words on demand
 

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "../../util/clock.h"
 
@@ -41,6 +42,13 @@ constexpr uint32_t kHoldingBit = 0x80000000u;
 constexpr uint32_t kWantBit = 0x40000000u;  // the sender asks for our word (it would go direct)
 constexpr uint32_t kConsumedMask = 0x3fffffffu;
 
+// A send without immediate data is about closing the connection (max_qps): four bytes,
+// kCloseMagic | kind.
+constexpr uint32_t kCloseMagic = 0x434c5300u;  // "CLS"
+constexpr uint32_t kCloseReq = 1, kCloseNak = 2, kCloseAck = 3;
+constexpr uint64_t kRefusedBackoffNs = 100'000'000;  // a peer that refused is not asked again sooner
+constexpr uint64_t kTrimRetryNs = 10'000'000;        // over max_qps with nothing closable: look again
+
 enum WrKind : uint64_t { kSend = 0, kRx = 2, kBulk = 4, kRemote = 5 };
 
 uint64_t wr_id(WrKind k, uint32_t conn, uint32_t seq) {
@@ -69,6 +77,7 @@ void print_peer(const char *what, PeerId p, const std::string &why) {
 struct VerbsWire::Export {
     RegCache &cache;
     std::vector<RegCache::Region *> regions;
+    PeerId peer{};  // exported to (export_memory): the connection to it is not closed meanwhile
     explicit Export(RegCache &c) : cache(c) {}
     ~Export() {
         for (RegCache::Region *r : regions) cache.release(r);
@@ -132,6 +141,7 @@ bool VerbsWire::init(std::string *err) {
     cache_ = std::make_unique<RegCache>(dev_->pd(), std::move(unmap_watch), size_t(cfg_.reg_cache_max));
     epoch_seed_ = uint32_t(std::random_device{}());
     words_.reset(new Words{});
+    for (uint32_t k = 0; k < 4; ++k) words_->close[k] = kCloseMagic | k;
     words_mr_ = ibv_reg_mr(dev_->pd(), words_.get(), sizeof(Words), IBV_ACCESS_LOCAL_WRITE);
     for (uint32_t i = kAtomicResults; i > 0; --i) free_results_.push_back(i - 1);
     if (words_mr_ && dev_->atomics()) open_loopback();
@@ -199,6 +209,7 @@ VerbsUsage VerbsWire::usage() const {
     u.pinned_bytes = buffers + queues + per_qp * (qps + (loop_qp_ ? 1 : 0));
     u.registered_bytes = (cache_ ? cache_->registered_bytes() : 0) + remote_registered_;
     u.peers = ready_;
+    u.qps_closed = qps_closed_;
     return u;
 }
 
@@ -216,6 +227,9 @@ ControlMsg VerbsWire::describe(ControlKind kind, const Conn &c) const {
     m.credits = cfg_.credits;
     m.buf_size = cfg_.buf_size;
     m.epoch = c.epoch;
+    // Messages of the peer's we hold back, perhaps from a connection closed before this one:
+    // it may not go direct until our word says they were handled.
+    m.reserved = holding_ ? kControlHolding : 0;
     return m;
 }
 
@@ -242,6 +256,8 @@ VerbsWire::Conn *VerbsWire::new_conn(PeerId peer) {
         ++over_control_;
     } else {
         by_qpn_[c->qp->qp_num] = c.get();
+        ++qps_;
+        next_trim_ns_ = 0;  // over max_qps now: the next progress looks for idle ones
     }
     Conn *raw = c.get();
     by_id_[raw->id] = raw;
@@ -270,6 +286,8 @@ void VerbsWire::drop_conn(Conn &c) {
     if (c.state == State::Ready || c.state == State::Accepted) --ready_;
     if (c.state == State::Accepted) --accepting_;
     if (c.state == State::OverControl) --over_control_;
+    if (c.state == State::Closing) --closing_;
+    if (c.qp) --qps_;
     std::erase(owing_, &c);
     std::erase(corked_, &c);
     std::erase(blocked_, &c);
@@ -308,6 +326,7 @@ bool VerbsWire::make_ready(Conn &c, const ControlMsg &m, bool accepting, std::st
     if (!dev_->connect_qp(c.qp, c.psn, remote, m.qpn, m.psn, cfg_.ack_timeout, err)) return false;
     c.buf_size = std::max<uint32_t>(256, m.buf_size);
     c.credits = c.window = std::max<uint32_t>(1, m.credits);
+    c.peer_holding = (m.reserved & kControlHolding) != 0;
     c.state = accepting ? State::Accepted : State::Ready;
     if (accepting) ++accepting_;
     ++ready_;
@@ -349,6 +368,12 @@ void VerbsWire::on_connect(PeerId from, const ControlMsg &m) {
     if (auto it = conns_.find(from); it != conns_.end()) {
         c = it->second.get();
         if (c->epoch == m.epoch) return;  // a duplicate
+        // The peer closed and connects again before we saw its last messages: they come first.
+        if (c->state == State::Closing) {
+            c->connect_waiting = true;
+            c->waiting_connect = m;
+            return;
+        }
         // Both connect at once: the lower side's attempt is the one.
         if (c->state == State::Connecting && lower(self_, from)) return;
         if (c->state != State::Connecting) {  // the peer starts over: a new process or QP
@@ -418,6 +443,7 @@ void VerbsWire::fail(Conn &c) {
     if (c.state == State::Ready || c.state == State::Accepted) --ready_;
     if (c.state == State::Accepted) --accepting_;
     if (c.state == State::OverControl) --over_control_;
+    if (c.state == State::Closing) --closing_;
     c.state = State::Failed;
     c.held = 0;
     c.backlog.clear();
@@ -872,6 +898,11 @@ int VerbsWire::handle_recv(const ibv_wc &wc, const MessageHandler &handler) {
         return 1;
     }
     ++c->heard;
+    if (!(wc.wc_flags & IBV_WC_WITH_IMM)) [[unlikely]] {
+        on_close_message(*c, rx_mem_.get() + size_t(slot) * cfg_.buf_size, wc.byte_len);
+        post_rx(slot);
+        return 1;
+    }
     if (wc.byte_len > 0)
         on_receive(*c, slot, wc.byte_len, handler);
     else
@@ -887,12 +918,13 @@ int VerbsWire::handle_recv(const ibv_wc &wc, const MessageHandler &handler) {
 void VerbsWire::stash_recv(const ibv_wc *wc, int n) {
     for (int i = 0; i < n; ++i) {
         stashed_.push_back(wc[i]);
-        if (wc[i].status != IBV_WC_SUCCESS || !(wc[i].wc_flags & IBV_WC_WITH_IMM)) continue;
+        if (wc[i].status != IBV_WC_SUCCESS) continue;
         auto it = by_qpn_.find(wc[i].qp_num);
         if (it == by_qpn_.end()) continue;
         Conn &c = *it->second;
         if (c.state == State::Accepted) promote(c);
-        if (c.state != State::Ready) continue;
+        if (!(wc[i].wc_flags & IBV_WC_WITH_IMM)) continue;                   // a close message: no credits
+        if (c.state != State::Ready && c.state != State::Closing) continue;  // Closing: a refusal may follow
         const uint32_t imm = ntohl(wc[i].imm_data), consumed = imm & kConsumedMask;
         const uint32_t fresh = (consumed - c.peer_consumed) & kConsumedMask;
         c.credits += fresh;
@@ -900,7 +932,7 @@ void VerbsWire::stash_recv(const ibv_wc *wc, int n) {
         c.peer_holding = (imm & kHoldingBit) != 0;
         c.peer_wants = (imm & kWantBit) != 0;
         if (c.peer_wants && c.prompt) owe(c);  // also when it asks with a credit return
-        if (fresh && !c.backlog.empty()) drain(c);
+        if (fresh && !c.backlog.empty() && c.state == State::Ready) drain(c);
     }
 }
 
@@ -913,9 +945,11 @@ void VerbsWire::on_send_done(const ibv_wc &wc) {
     const uint32_t seq = seq_of(wc.wr_id);
     if (seq - c.sq_done >= c.sq_posted - c.sq_done) return;  // retired already
     const bool ok = wc.status == IBV_WC_SUCCESS;
+    bool close_acked = false;
     for (uint32_t s = c.sq_done; s != seq + 1; ++s) {
         SqEntry &e = c.sq[s % sq_depth_];
         if (e.tx_buf >= 0) free_tx_.push_back(uint32_t(e.tx_buf));
+        close_acked |= e.close_ack;
         if (e.transfer) {
             if (auto t = transfers_.find(e.transfer); t != transfers_.end()) {
                 --t->second->inflight;
@@ -943,7 +977,10 @@ void VerbsWire::on_send_done(const ibv_wc &wc) {
     if (ok) ++c.heard;
     // A bad key (the peer revoked the memory before we knew), a peer gone: the QP is broken,
     // the peer lost to us.
-    if (!ok && c.state != State::Failed) fail(c);
+    if (!ok && c.state != State::Failed)
+        fail(c);
+    else if (ok && close_acked && c.state == State::Closing)
+        closed_.push_back(c.id);  // the peer has our last message: the QP goes (reap_closed)
 }
 
 int VerbsWire::poll_sends() {
@@ -983,6 +1020,7 @@ int VerbsWire::drain_stash(const MessageHandler &handler) {
 
 int VerbsWire::progress(const MessageHandler &handler) {
     ++counters_.progress;
+    ++progress_depth_;
     if (have_events_.load(std::memory_order_acquire)) [[unlikely]]
         handle_device_events();
     if (!corked_.empty()) flush_corked();
@@ -1005,6 +1043,14 @@ int VerbsWire::progress(const MessageHandler &handler) {
     if (!cfg_.defer_returns && !owing_.empty()) return_owed_credits();
     if (send_budget_ < cfg_.send_queue / 4) reclaim_send_queue();
     if (connecting_) check_timeouts();
+    if (!answers_.empty()) [[unlikely]]
+        send_answers();
+    if (--progress_depth_ == 0) {  // no caller holds a connection of ours now
+        if (cfg_.max_qps && qps_ - closing_ > cfg_.max_qps) [[unlikely]]
+            maybe_trim();
+        if (!closed_.empty()) [[unlikely]]
+            reap_closed();
+    }
     return work;
 }
 
@@ -1018,14 +1064,190 @@ void VerbsWire::reclaim_send_queue() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Bulk data
+// Reclaiming QPs beyond max_qps
 
-bool VerbsWire::has_bulk(PeerId to) const {
-    auto it = conns_.find(to);
-    return it != conns_.end() && it->second->state == State::Ready;
+// RDMA for an operation of the peer's may still start while our close request is unanswered:
+// the peer exported the memory, so it will refuse to close.
+bool VerbsWire::carries_rdma(const Conn &c) {
+    return c.state == State::Ready || (c.state == State::Closing && c.close_asked && !c.close_agreed);
 }
 
-bool VerbsWire::export_memory(PeerId, const struct iovec *pieces, int n, bool writable, uint64_t *keys,
+// Nothing of ours needs the QP: no message half sent, no RDMA in flight, no memory the peer may
+// still reach through it for an operation of ours.
+bool VerbsWire::closable(const Conn &c, uint64_t now) const {
+    return c.state == State::Ready && c.released && c.backlog.empty() && !c.held && !c.corked &&
+           !c.remote_ops && !c.transfers && !c.answer_owed && sq_room(c) > 0 &&
+           now - c.refused_ns >= kRefusedBackoffNs && !exports_to_.count(c.peer);
+}
+
+// Asks the least active closable peers since the last look to close, until the QPs left open
+// are within max_qps (those closing already do not count).
+void VerbsWire::maybe_trim() {
+    const uint64_t now = monotonic_ns();
+    if (now < next_trim_ns_ || !words_mr_) return;
+    next_trim_ns_ = now + kTrimRetryNs;
+    std::vector<std::pair<uint64_t, Conn *>> idle;
+    for (auto &[peer, c] : conns_) {
+        const uint64_t activity = c->heard + c->sq_posted;
+        if (closable(*c, now)) idle.emplace_back(activity - c->activity_mark, c.get());
+        c->activity_mark = activity;
+    }
+    std::sort(idle.begin(), idle.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    for (const auto &[delta, c] : idle) {
+        if (qps_ - closing_ <= cfg_.max_qps) break;
+        start_close(*c);
+    }
+}
+
+void VerbsWire::start_close(Conn &c) {
+    if (!send_close(c, kCloseReq)) return;
+    c.close_asked = true;
+    enter_closing(c);
+}
+
+void VerbsWire::enter_closing(Conn &c) {
+    c.state = State::Closing;
+    --ready_;
+    ++closing_;
+}
+
+// After whatever we sent before (held sends go first), signalled: CLOSE_ACK's completion is
+// the moment the QP may go.
+bool VerbsWire::send_close(Conn &c, uint32_t kind) {
+    if (c.held && !post_held(c)) {
+        fail(c);
+        return false;
+    }
+    ibv_sge sge{reinterpret_cast<uint64_t>(&words_->close[kind]), uint32_t(sizeof(uint32_t)),
+                words_mr_->lkey};
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED | (c.remote_reads ? IBV_SEND_FENCE : 0);
+    SqEntry e;
+    e.close_ack = kind == kCloseAck;
+    wr.wr_id = wr_id(kSend, c.id, take_sq(c, e));
+    c.unsignaled = 0;
+    ++counters_.doorbells;
+    if (ibv_post_send(c.qp, &wr, &bad) == 0) return true;
+    fail(c);
+    return false;
+}
+
+// Sent now, or by the next progress once the send queue has room.
+void VerbsWire::answer_close(Conn &c, uint32_t kind) {
+    if (!c.answer_owed && sq_room(c) > 0) {
+        send_close(c, kind);
+        return;
+    }
+    if (!c.answer_owed) answers_.push_back(c.id);
+    c.answer_owed = kind;
+}
+
+void VerbsWire::send_answers() {
+    std::vector<uint32_t> list;
+    list.swap(answers_);
+    for (uint32_t id : list) {
+        auto it = by_id_.find(id);
+        if (it == by_id_.end()) continue;
+        Conn &c = *it->second;
+        if (c.state == State::Failed || !c.answer_owed) {
+            c.answer_owed = 0;
+        } else if (sq_room(c) == 0) {
+            answers_.push_back(id);
+        } else {
+            send_close(c, std::exchange(c.answer_owed, 0));
+        }
+    }
+}
+
+// In order with the peer's messages: a request comes after everything it sent us, an ACK after
+// everything it will send on this QP.
+void VerbsWire::on_close_message(Conn &c, const char *buf, uint32_t len) {
+    uint32_t word = 0;
+    if (len == sizeof word) std::memcpy(&word, buf, sizeof word);
+    if ((word & ~0xffu) != kCloseMagic) {
+        ++malformed_;
+        return;
+    }
+    switch (word & 0xff) {
+        case kCloseReq:
+            if (c.state == State::Closing) {
+                // Both asked at once: the lower side's request is the one, the lower ignores ours.
+                if (c.close_asked && !c.close_agreed && !lower(self_, c.peer)) {
+                    c.close_agreed = true;
+                    answer_close(c, kCloseAck);
+                }
+                return;
+            }
+            if (c.state != State::Ready) return;
+            if (!c.backlog.empty() || c.remote_ops || c.transfers || exports_to_.count(c.peer)) {
+                answer_close(c, kCloseNak);
+                return;
+            }
+            c.close_agreed = true;
+            enter_closing(c);
+            answer_close(c, kCloseAck);
+            return;
+        case kCloseNak:
+            if (c.state != State::Closing || !c.close_asked || c.close_agreed) return;
+            c.close_asked = false;
+            c.refused_ns = monotonic_ns();
+            c.state = State::Ready;
+            --closing_;
+            ++ready_;
+            drain(c);
+            // What we consumed while closing was not returned: the peer may be waiting for it
+            // (a backlog is a reason to refuse).
+            if (c.state == State::Ready && (c.consumed != c.returned || c.told_holding != holding_))
+                return_credits(c, true);
+            return;
+        case kCloseAck:
+            if (c.state == State::Closing && c.close_asked && !c.close_agreed) closed_.push_back(c.id);
+            return;
+        default: ++malformed_;
+    }
+}
+
+// Closes completed: the QPs go; what waited to be sent, and a CONNECT the peer sent meanwhile,
+// start the next connection.
+void VerbsWire::reap_closed() {
+    std::vector<uint32_t> list;
+    list.swap(closed_);
+    for (uint32_t id : list) {
+        auto it = by_id_.find(id);
+        if (it == by_id_.end() || it->second->state != State::Closing) continue;
+        Conn &c = *it->second;
+        const PeerId peer = c.peer;
+        std::deque<std::vector<char>> backlog = std::move(c.backlog);
+        const bool connect = c.connect_waiting;
+        const ControlMsg m = c.waiting_connect;
+        ++qps_closed_;
+        drop_conn(c);
+        if (connect) on_connect(peer, m);
+        if (backlog.empty()) continue;
+        Conn *n = conn_to(peer);
+        if (n->state == State::Failed) continue;
+        for (auto &f : backlog) n->backlog.push_back(std::move(f));
+        if (n->state == State::OverControl)
+            fall_back(*n);
+        else if (n->state == State::Ready)
+            drain(*n);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Bulk data
+
+// Closing too: a rendezvous sent now waits for the next connection, whose QP reaches the same
+// registrations (keys belong to the memory, not to a QP).
+bool VerbsWire::has_bulk(PeerId to) const {
+    auto it = conns_.find(to);
+    return it != conns_.end() && (it->second->state == State::Ready || it->second->state == State::Closing);
+}
+
+bool VerbsWire::export_memory(PeerId peer, const struct iovec *pieces, int n, bool writable, uint64_t *keys,
                               uint64_t *id) {
     auto e = std::make_unique<Export>(*cache_);
     for (int i = 0; i < n; ++i) {
@@ -1036,6 +1258,8 @@ bool VerbsWire::export_memory(PeerId, const struct iovec *pieces, int n, bool wr
         e->regions.push_back(r);
         keys[i] = RegCache::rkey(r);
     }
+    e->peer = peer;
+    ++exports_to_[peer];
     exports_.insert(e.get());
     *id = reinterpret_cast<uint64_t>(e.release());
     return true;
@@ -1043,7 +1267,10 @@ bool VerbsWire::export_memory(PeerId, const struct iovec *pieces, int n, bool wr
 
 void VerbsWire::release_export(uint64_t id) {
     Export *e = reinterpret_cast<Export *>(id);
-    if (exports_.erase(e)) delete e;
+    if (!exports_.erase(e)) return;
+    if (auto it = exports_to_.find(e->peer); it != exports_to_.end() && --it->second == 0)
+        exports_to_.erase(it);
+    delete e;
 }
 
 bool VerbsWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
@@ -1084,7 +1311,7 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
 bool VerbsWire::bulk_start(PeerId peer, bool read, const struct iovec *local, int nl,
                            const struct iovec *remote, int nr, const uint64_t *keys, uint64_t cookie) {
     auto it = conns_.find(peer);
-    if (it == conns_.end() || it->second->state != State::Ready || !keys) return false;
+    if (it == conns_.end() || !carries_rdma(*it->second) || !keys) return false;
     Conn &c = *it->second;
     if (c.held && !post_held(c)) {
         fail(c);
@@ -1120,6 +1347,7 @@ bool VerbsWire::bulk_start(PeerId peer, bool read, const struct iovec *local, in
     const uint32_t id = next_transfer_++;
     if (next_transfer_ == 0) next_transfer_ = 1;
     transfers_.emplace(id, std::move(t));
+    ++c.transfers;
     pump_transfers();
     return true;
 }
@@ -1134,7 +1362,7 @@ void VerbsWire::pump_transfers() {
         if (!c) {
             t.failed = true;  // its QP was destroyed: nothing more lands
             t.inflight = 0;
-        } else if (c->state != State::Ready) {
+        } else if (!carries_rdma(*c)) {
             t.failed = true;  // failed: the device flushes what it holds
         } else if (now > t.deadline_ns && !t.failed) {
             print_peer("to", c->peer, "an RDMA transfer missed its deadline (PTL_VERBS_BULK_TIMEOUT_MS)");
@@ -1173,6 +1401,7 @@ void VerbsWire::pump_transfers() {
         if (abandoned && c) print_peer("to", c->peer, "the device does not flush a failed QP");
         if ((t.inflight == 0 && (t.failed || t.next == t.pieces.size())) || abandoned) {
             bulk_results_.push_back({t.cookie, !t.failed});
+            if (c) --c->transfers;
             it = transfers_.erase(it);
         } else {
             ++it;

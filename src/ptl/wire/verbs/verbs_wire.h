@@ -15,6 +15,13 @@
 // it empty is retried by the device (receiver-not-ready, forever), never lost, so bursts from
 // many peers at once slow down rather than fail. A peer thus costs a QP's send queue and a
 // little bookkeeping (PtlXWireUsage reports the sum).
+//
+// QPs beyond max_qps are reclaimed: the least active connection with nothing in flight asks
+// its peer, in band, to close (CLOSE_REQ, a send without immediate data after everything we
+// sent); a peer with nothing in flight either answers CLOSE_ACK as its last message and
+// destroys its QP once the device confirms it arrived, we destroy ours when it arrives (after
+// every message of the peer's), and whoever has something to send later connects again. A peer
+// with RDMA in flight or memory exported to us answers CLOSE_NAK and the connection stays.
 #pragma once
 
 #include <atomic>
@@ -45,6 +52,7 @@ struct VerbsConfig {
     uint32_t send_queue = 4096;                // PTL_VERBS_SEND_QUEUE: sends in flight, all peers together
     long bulk_timeout_ms = 10000;              // PTL_VERBS_BULK_TIMEOUT_MS: an RDMA transfer's deadline
     long probe_ms = 1000;                      // PTL_VERBS_PROBE_MS: silence before a probe (peer_dead)
+    uint32_t max_qps = 0;                      // PTL_VERBS_MAX_QPS: idle QPs closed beyond it; 0: no limit
     uint64_t max_message = uint64_t(1) << 40;  // as tcp: larger messages are refused
     long timeout_ms = 10000;                   // connection setup bound (PTL_TCP_TIMEOUT_MS)
     uint8_t ack_timeout = 18;                  // QP ACK timeout exponent: 4.096 us << 18 = 1.07 s, 7 retries
@@ -63,6 +71,7 @@ struct VerbsUsage {
     uint64_t pinned_bytes = 0;      // its own buffers and queues
     uint64_t registered_bytes = 0;  // application memory: registration cache and one-sided regions
     uint64_t peers = 0;             // connections up
+    uint64_t qps_closed = 0;        // closed to stay within max_qps (both sides count)
 };
 
 class VerbsWire final : public Wire {
@@ -127,12 +136,15 @@ public:
 
 private:
     // Accepted: our QP is connected, the peer's perhaps not yet; sends wait (make_ready).
-    enum class State { Connecting, Accepted, Ready, OverControl, Failed };
+    // Closing: we asked the peer to close, or agreed to; nothing new is posted (sends wait in
+    // the backlog for the next connection).
+    enum class State { Connecting, Accepted, Ready, Closing, OverControl, Failed };
     // What a posted send-queue entry holds until the device is done with it.
     struct SqEntry {
         int32_t tx_buf = -1;  // a send buffer of the pool
         int32_t remote = -1;  // a one-sided operation (remote_ops_)
         uint32_t transfer = 0;  // a piece of this bulk transfer (transfers_)
+        bool close_ack = false;  // our CLOSE_ACK: once complete, the peer has all we sent
     };
     struct Conn {
         PeerId peer{};
@@ -176,6 +188,15 @@ private:
         // the count at the last look and since when it has not changed, the last probe.
         bool released = false;
         uint64_t heard = 0, heard_mark = 0, quiet_since_ns = 0, probed_ns = 0;
+        // Reclaim (max_qps): transfers on this QP, activity (heard + sq_posted) at the last
+        // trim, when the peer last refused to close, our close request, our agreement to the
+        // peer's, an answer waiting for send-queue room, a CONNECT that waits for the close.
+        uint32_t transfers = 0;
+        uint64_t activity_mark = 0, refused_ns = 0;
+        bool close_asked = false, close_agreed = false;
+        uint32_t answer_owed = 0;
+        bool connect_waiting = false;
+        ControlMsg waiting_connect{};
         ~Conn();
     };
 
@@ -239,6 +260,17 @@ private:
     void report_bulk();
     void watch();
     ControlMsg describe(ControlKind kind, const Conn &c) const;
+    // QP reclaim (max_qps).
+    static bool carries_rdma(const Conn &c);
+    void maybe_trim();
+    bool closable(const Conn &c, uint64_t now) const;
+    void start_close(Conn &c);
+    void enter_closing(Conn &c);
+    bool send_close(Conn &c, uint32_t kind);
+    void answer_close(Conn &c, uint32_t kind);
+    void send_answers();
+    void on_close_message(Conn &c, const char *buf, uint32_t len);
+    void reap_closed();
 
     PeerId self_;
     VerbsConfig cfg_;
@@ -262,6 +294,14 @@ private:
     uint32_t ready_ = 0;         // QPs connected (Accepted or Ready)
     uint32_t accepting_ = 0;     // Accepted, not yet Ready
     uint32_t over_control_ = 0;  // peers the control wire carries
+    uint32_t qps_ = 0;           // QPs to peers, in any state
+    uint32_t closing_ = 0;       // of them in State::Closing
+    uint64_t qps_closed_ = 0;
+    uint64_t next_trim_ns_ = 0;
+    int progress_depth_ = 0;         // closed connections are dropped by the outermost progress only
+    std::vector<uint32_t> closed_;   // ids of Closing connections whose close completed
+    std::vector<uint32_t> answers_;  // ids of connections owing a close answer
+    std::unordered_map<PeerId, uint32_t, PeerIdHash> exports_to_;  // the peer may read or write them
     uint64_t malformed_ = 0;
     std::deque<ibv_wc> stashed_;  // receive completions polled, not yet handled, oldest first
     std::unique_ptr<RegCache> cache_;
@@ -330,6 +370,7 @@ private:
         uint64_t sink[8];
         uint64_t own;
         uint64_t fetched[kAtomicResults];
+        uint32_t close[4];  // the close messages' contents, by kind
     };
     std::unique_ptr<Words> words_;
     ibv_mr *words_mr_ = nullptr;
