@@ -45,20 +45,8 @@ long long device_counter(const char *name) {
     std::string link(d);
     if (link.find(':') == std::string::npos) link += ":1";
     link[link.find(':')] = '/';
-    FILE *p = popen(("rdma statistic show link " + link + " 2>/dev/null").c_str(), "r");
-    if (!p) return -1;
-    char word[64];
-    long long v = -1;
-    bool next = false;
-    while (std::fscanf(p, "%63s", word) == 1) {
-        if (next) {
-            v = std::atoll(word);
-            break;
-        }
-        next = std::strcmp(word, name) == 0;
-    }
-    pclose(p);
-    return v;
+    const std::string v = word_after("rdma statistic show link " + link + " 2>/dev/null", name);
+    return v.empty() ? -1 : std::atoll(v.c_str());
 }
 
 [[noreturn]] void die_once_moved(const char *counter, long long base) {

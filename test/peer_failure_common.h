@@ -1,5 +1,6 @@
-// What the two peer-failure programs (peer_failure_test.cc, ucp_peer_failure_test.cc) share:
-// the time bound, the clock, and how the victim dies. gtest-free.
+// What the failure programs (peer_failure_test.cc, ucp_peer_failure_test.cc, and the verbs
+// wire's bulk_failure_test.cc, port_failure_test.cc) share: the time bound, the clock, how the
+// victim dies, reading the rdma tool. gtest-free.
 #pragma once
 
 #include <signal.h>
@@ -7,6 +8,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 namespace ptltest {
 
@@ -32,6 +35,25 @@ inline double now_s() {
         std::fprintf(stderr, "victim: cannot cut the link\n");
     raise(SIGKILL);
     std::abort();  // not reached
+}
+
+// The word after `key` in what `command` prints (iproute2's rdma tool: "... netdev eth1 ...",
+// "... sent_pkts 1234 ..."); empty when there is none.
+inline std::string word_after(const std::string &command, const char *key) {
+    FILE *p = popen(command.c_str(), "r");
+    if (!p) return {};
+    char word[64];
+    std::string found;
+    bool next = false;
+    while (std::fscanf(p, "%63s", word) == 1) {
+        if (next) {
+            found = word;
+            break;
+        }
+        next = std::strcmp(word, key) == 0;
+    }
+    pclose(p);
+    return found;
 }
 
 }  // namespace ptltest

@@ -36,20 +36,7 @@ std::string netdev_of_rdma_device() {
     if (!d) return {};
     std::string dev(d);
     dev = dev.substr(0, dev.find(':'));
-    FILE *p = popen(("nsenter -t 1 -n rdma link show " + dev + "/1 2>/dev/null").c_str(), "r");
-    if (!p) return {};
-    char word[64];
-    std::string netdev;
-    bool next = false;
-    while (std::fscanf(p, "%63s", word) == 1) {
-        if (next) {
-            netdev = word;
-            break;
-        }
-        next = std::strcmp(word, "netdev") == 0;
-    }
-    pclose(p);
-    return netdev;
+    return word_after("nsenter -t 1 -n rdma link show " + dev + "/1 2>/dev/null", "netdev");
 }
 
 // In the initial network namespace, where contrib/guest-rxe-hosts.sh puts the RDMA links.
