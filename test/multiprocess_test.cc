@@ -785,3 +785,88 @@ TEST_F(Job, RdmaConnectionsBeyondTheLimitCloseWhenIdleAndReopen) {
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
     EXPECT_EQ(PtlCTFree(rct), PTL_OK);
 }
+
+// L4-L6 with data that moves by rendezvous (over RDMA: pulled by the target's device while the
+// engine goes on, bulk_delivery.h): large puts from every other rank land unexpected in rank
+// 0's overflow entry; rank 0 appends the entries that claim them right after the puts were
+// issued, perhaps while their data still moves. Each claim reports PUT_OVERFLOW with the whole
+// data in the overflow buffer at the event's start, an initiator's puts in the order it sent
+// them, and every initiator gets its acknowledgements.
+TEST_F(Job, L4_LargePutsClaimedFromTheOverflowListCarryTheirWholeData) {
+    constexpr size_t kLen = 256 * 1024;
+    constexpr int kPuts = 3;
+    const int n = nranks(), others = n - 1;
+    auto byte_of = [](int from, int put, size_t i) {
+        return static_cast<unsigned char>((i * 7 + size_t(from) * 31 + size_t(put) * 101) >> 2);
+    };
+    std::vector<unsigned char> overflow_buf;
+    ptl_handle_me_t overflow = PTL_INVALID_HANDLE;
+    if (rank() == 0) {
+        overflow_buf.assign(kLen * size_t(kPuts * others), 0);
+        ptl_me_t me = me_from(
+            -1, overflow_buf.data(), overflow_buf.size(),
+            PTL_ME_OP_PUT | PTL_ME_MANAGE_LOCAL | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE, 0,
+            ~0ull);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_OVERFLOW_LIST, nullptr, &overflow), PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    std::vector<unsigned char> src;
+    ptl_handle_md_t md = PTL_INVALID_HANDLE;
+    if (rank() != 0) {
+        src.resize(kLen * kPuts);
+        for (int p = 0; p < kPuts; ++p)
+            for (size_t i = 0; i < kLen; ++i) src[size_t(p) * kLen + i] = byte_of(rank(), p, i);
+        md = bind(src.data(), src.size(), PTL_MD_EVENT_SEND_DISABLE);
+        for (int p = 0; p < kPuts; ++p)
+            ASSERT_EQ(PtlPut(md, size_t(p) * kLen, kLen, PTL_ACK_REQ, to(0), pt_,
+                             ptl_match_bits_t(500 + rank()), 0, nullptr, uint64_t(p)),
+                      PTL_OK);
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);  // issued, not necessarily landed
+    if (rank() == 0) {
+        for (int from = 1; from < n; ++from) {
+            char unused[8];
+            ptl_me_t claim = me_from(from, unused, sizeof unused, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE,
+                                     ptl_match_bits_t(500 + from), 0);
+            ptl_handle_me_t h;
+            ASSERT_EQ(PtlMEAppend(ni_, pt_, &claim, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+            // Those that had arrived are claimed by the append, the rest by the entry as they come:
+            // PUT_OVERFLOW for the first, PUT (into `unused`, truncated) for the others.
+            int next_put = 0;
+            while (next_put < kPuts) {
+                const ptl_event_t ev = next_event(eq_, 30000);
+                ASSERT_NE(ev.type, 0xff) << "from rank " << from << ", put " << next_put;
+                ASSERT_EQ(ev.hdr_data, uint64_t(next_put)) << "from rank " << from << ": out of order";
+                ASSERT_EQ(ev.ni_fail_type, PTL_NI_OK);
+                ASSERT_EQ(ev.rlength, kLen);
+                if (ev.type == PTL_EVENT_PUT_OVERFLOW) {
+                    ASSERT_EQ(ev.mlength, kLen);
+                    const auto *got = static_cast<const unsigned char *>(ev.start);
+                    for (size_t i = 0; i < kLen; ++i)
+                        if (got[i] != byte_of(from, next_put, i)) {
+                            ADD_FAILURE()
+                                << "from rank " << from << ", put " << next_put << ": byte " << i << " is "
+                                << int(got[i]) << ", want " << int(byte_of(from, next_put, i));
+                            break;
+                        }
+                } else {
+                    ASSERT_EQ(ev.type, PTL_EVENT_PUT);
+                }
+                ++next_put;
+            }
+            EXPECT_EQ(PtlMEUnlink(h), PTL_OK);
+        }
+    } else {
+        for (int p = 0; p < kPuts; ++p) {
+            const ptl_event_t ev = next_event(md_eq_, 30000);
+            ASSERT_EQ(ev.type, PTL_EVENT_ACK);
+            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+        }
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    if (rank() == 0) {
+        EXPECT_EQ(PtlMEUnlink(overflow), PTL_OK);
+    } else {
+        EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+    }
+}

@@ -2,6 +2,7 @@
 #include "bulk_delivery.h"
 
 #include "engine.h"
+#include "match.h"
 
 namespace ptl {
 
@@ -24,11 +25,15 @@ void Engine::finish_bulk_delivery(const BulkDelivery &delivery, bool ok) {
     const bool put = h.op == proto::kPut;
     if (d->eq) --d->eq->promised;
     const ptl_ni_fail_t fail = ok ? PTL_NI_OK : PTL_NI_SEGV;  // B6: the memory could not be reached
-    const ptl_list_t list = PTL_PRIORITY_LIST;
+    const ptl_list_t list = d->list;
     post_comm_event(n, pt, e, m, h, put ? PTL_EVENT_PUT : PTL_EVENT_GET, e->region.address_at(d->offset),
                     d->mlength, fail, list);
+    if (d->uh) {
+        d->uh->pending_bulk = false;
+        --pending_overflow_;
+    }
     if (trace_) [[unlikely]]
-        trace_delivery(n, m, h, e, list, fail, d->mlength, d->offset, false);
+        trace_delivery(n, m, h, e, list, fail, d->mlength, d->offset, d->uh != nullptr);
     --e->transfers;
     if (d->exhausted) announce_unlink(n, pt, e);
     respond_to(m, h, fail, d->mlength, d->offset, list, nullptr, 0, put ? 0 : proto::kDataWritten);
@@ -48,6 +53,18 @@ bool Engine::hold_for_bulk(const InMessage &m) {
     if (it == bulk_holds_.end()) return false;
     it->second.queue.push(m, 0);
     return true;
+}
+
+void Engine::wait_for_overflow_data(Ni &n, Pt &pt, const Entry &e) {
+    while (pending_overflow_) {
+        const UnexpectedHeader *moving = nullptr;
+        for_each_matching_header(n, pt, e, [&](UnexpectedHeader *u) {
+            if (u->pending_bulk) moving = u;
+            return !moving;
+        });
+        if (!moving) return;
+        wait_for_bulk([moving](const BulkDelivery &d) { return d.uh == moving; });
+    }
 }
 
 void Engine::wait_for_bulk(const std::function<bool(const BulkDelivery &)> &matches) {

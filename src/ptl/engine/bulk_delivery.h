@@ -4,6 +4,8 @@
 // unlink, the initiator's ACK or REPLY. Meanwhile the engine goes on with other messages; the
 // initiator's later requests wait (BulkHold), since Portals orders a pair's data (G11,
 // max_waw_ordered_size): they are handled in arrival order once its transfers are done.
+// In the overflow list too: the unexpected header is listed at the match, and an entry that
+// would claim it (PtlMEAppend, PtlMESearch) waits until its data is in.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,10 @@ struct BulkDelivery {
     proto::Header header{};
     uint64_t offset = 0, mlength = 0;
     bool exhausted = false;  // the entry left its list at the match; its AUTO_UNLINK comes after the event
+    ptl_list_t list = PTL_PRIORITY_LIST;
+    // Matched in the overflow list: its unexpected header, made at the match (arrival order)
+    // and claimable once the data is in (UnexpectedHeader::pending_bulk).
+    struct UnexpectedHeader *uh = nullptr;
 };
 
 // An initiator with transfers in flight, and its requests that arrived since, in order.

@@ -440,7 +440,9 @@ private:
     // bulk_delivery.h
     void start_bulk_delivery(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
                              ptl_size_t offset, ptl_size_t mlength, bool exhausted, const char *data,
-                             size_t data_len);
+                             size_t data_len, ptl_list_t list, UnexpectedHeader *uh);
+    // Before `e` claims unexpected headers: those it matches whose data is still moving land.
+    void wait_for_overflow_data(Ni &n, Pt &pt, const Entry &e);
     void on_bulk_done(uint64_t cookie, bool ok);
     void finish_bulk_delivery(const BulkDelivery &d, bool ok);
     void begin_bulk_hold(PeerId from);
@@ -559,6 +561,7 @@ private:
     HeldMessages held_;
     std::unordered_map<uint64_t, std::unique_ptr<BulkDelivery>> bulk_deliveries_;  // by cookie
     uint64_t next_bulk_cookie_ = 1;
+    uint32_t pending_overflow_ = 0;  // unexpected headers whose data is still moving
     std::unordered_map<PeerId, BulkHold, PeerIdHash> bulk_holds_;
     bool hold_allowed_ = false;    // the message being processed may be held
     bool hold_requested_ = false;  // on_request put it off

@@ -85,6 +85,7 @@ struct UnexpectedHeader {
     ptl_datatype_t atomic_type;
     Entry *entry;  // the overflow entry holding the data
     void *start;   // where the data landed in the overflow buffer
+    bool pending_bulk = false;  // a wire still moves its data there (bulk_delivery.h)
     IHook all_hook;
     IHook bucket_hook;
 };

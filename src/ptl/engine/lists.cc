@@ -155,6 +155,7 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
             is_me && (o & PTL_ME_MANAGE_LOCAL) && (o & PTL_ME_LOCAL_INC_UH_RLENGTH) && !(o & PTL_ME_USE_ONCE);
         bool consumed_once = false;
         bool unlinked = false;
+        wait_for_overflow_data(*n, pt, *en);
         for_each_matching_header(*n, pt, *en, [&](UnexpectedHeader *u) {
             const ptl_event_kind_t type = overflow_kind(u->kind);
             if (pt.eq && entry_allows_full(*en, type, true))
@@ -237,6 +238,7 @@ int Engine::search(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
     Pt &pt = n->pts[pti];
     const bool once = d->options & PTL_ME_USE_ONCE;
     unsigned found = 0;
+    wait_for_overflow_data(*n, pt, e);
     for_each_matching_header(*n, pt, e, [&](UnexpectedHeader *u) {
         ++found;
         const ptl_event_kind_t type = op == PTL_SEARCH_ONLY ? PTL_EVENT_SEARCH : overflow_kind(u->kind);

@@ -407,6 +407,32 @@ ptl_process_t initiator_of(const Ni &n, const InMessage &m, const proto::Header 
     return initiator;
 }
 
+// The header of a message matched in the overflow list, listed for entries appended later to
+// claim (L4-L6); its data at `start` in the overflow entry.
+UnexpectedHeader *list_unexpected(Ni &n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
+                                  ptl_size_t rlength, ptl_size_t mlength, void *start) {
+    auto *u = new UnexpectedHeader{};
+    u->kind = uh_kind(h.op);
+    u->initiator = initiator_of(n, m, h);
+    u->src_nid = m.from.nid;
+    u->src_pid = m.from.pid;
+    u->src_rank = h.src_rank;
+    u->uid = h.uid;
+    u->match_bits = h.match_bits;
+    u->hdr_data = h.hdr_data;
+    u->rlength = rlength;
+    u->mlength = mlength;
+    u->remote_offset = h.remote_offset;
+    u->atomic_op = h.atomic_op;
+    u->atomic_type = h.atomic_type;
+    u->entry = e;
+    u->start = start;
+    pt.unexpected.add(u);
+    ++e->uh_count;
+    ++n.unexpected;
+    return u;
+}
+
 // The comm event of a request delivered into `e` (C7), written in place in its queue.
 struct CommEvent {
     ptl_event_kind_t kind;
@@ -625,8 +651,11 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
     // Data a device moves (RDMA): started now, reported when done (finish_bulk_delivery).
     if constexpr (op == proto::kPut || op == proto::kGet) {
         const bool bulk = op == proto::kPut ? rndv : (h.flags & proto::kBulkReply) != 0;
-        if (bulk && mlength && list == PTL_PRIORITY_LIST && !keep_header && m.via && m.via->bulk_async()) {
-            start_bulk_delivery(n, pt, e, m, h, offset, mlength, exhausted, data, data_len);
+        if (bulk && mlength && m.via && m.via->bulk_async()) {
+            UnexpectedHeader *uh =
+                keep_header ? list_unexpected(*n, pt, e, m, h, rlength, mlength, e->region.address_at(offset))
+                            : nullptr;
+            start_bulk_delivery(n, pt, e, m, h, offset, mlength, exhausted, data, data_len, list, uh);
             return;
         }
     }
@@ -692,27 +721,7 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
     void *const start = e->region.address_at(offset);
     post_comm_event(n, pt, e, m, h, kind, start, mlength, fail, list);
 
-    if (keep_header) {
-        auto *u = new UnexpectedHeader{};
-        u->kind = uh_kind(op);
-        u->initiator = initiator_of(*n, m, h);
-        u->src_nid = m.from.nid;
-        u->src_pid = m.from.pid;
-        u->src_rank = h.src_rank;
-        u->uid = h.uid;
-        u->match_bits = h.match_bits;
-        u->hdr_data = h.hdr_data;
-        u->rlength = rlength;
-        u->mlength = mlength;
-        u->remote_offset = h.remote_offset;
-        u->atomic_op = h.atomic_op;
-        u->atomic_type = h.atomic_type;
-        u->entry = e;
-        u->start = start;
-        pt.unexpected.add(u);
-        ++e->uh_count;
-        ++n->unexpected;
-    }
+    if (keep_header) list_unexpected(*n, pt, e, m, h, rlength, mlength, start);
 
     if (trace_) [[unlikely]]
         trace_delivery(n, m, h, e, list, fail, mlength, offset, keep_header);
@@ -749,7 +758,7 @@ void Engine::respond_to(const InMessage &m, const proto::Header &h, ptl_ni_fail_
 // wait for it (hold_for_bulk): its data lands before theirs, as a synchronous delivery's.
 void Engine::start_bulk_delivery(Ni *n, Pt &pt, Entry *e, const InMessage &m, const proto::Header &h,
                                  ptl_size_t offset, ptl_size_t mlength, bool exhausted, const char *data,
-                                 size_t data_len) {
+                                 size_t data_len, ptl_list_t list, UnexpectedHeader *uh) {
     auto d = std::make_unique<BulkDelivery>();
     d->ni = n;
     d->entry = e;
@@ -759,6 +768,12 @@ void Engine::start_bulk_delivery(Ni *n, Pt &pt, Entry *e, const InMessage &m, co
     d->offset = offset;
     d->mlength = mlength;
     d->exhausted = exhausted;
+    d->list = list;
+    d->uh = uh;
+    if (uh) {
+        uh->pending_bulk = true;
+        ++pending_overflow_;
+    }
     if (exhausted) detach_entry(n, pt, e);
     ++e->transfers;
     // Its event's slot is taken now: flow control counted it in at the match (EQ2).
