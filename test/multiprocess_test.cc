@@ -870,3 +870,57 @@ TEST_F(Job, L4_LargePutsClaimedFromTheOverflowListCarryTheirWholeData) {
         EXPECT_EQ(PtlMDRelease(md), PTL_OK);
     }
 }
+
+// G11 at volume: a large put, then many small ones behind it from the same initiator. Over
+// RDMA the target pulls the large one while the small ones arrive and wait in its engine
+// behind it; past a bound it stops returning the initiator's credits (the initiator's sends
+// wait at home) and resumes when the queue drains. Every small put lands, after the large
+// one, and the acknowledged last one says all are in.
+TEST_F(Job, G11_ManySmallPutsBehindALargeOneAllLandAfterIt) {
+    constexpr size_t kLarge = size_t(8) << 20;
+    constexpr int kSmall = 600;
+    const int n = nranks(), next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    std::vector<uint64_t> dst(kLarge / 8, 0);
+    ptl_handle_ct_t rx;
+    ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
+    ptl_me_t me =
+        me_from(prev, dst.data(), kLarge,
+                PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE,
+                6, 0, rx);
+    ptl_handle_me_t h;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    std::vector<uint64_t> src(kLarge / 8), small(kSmall);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = 0x1000000000ull + i;
+    for (int k = 0; k < kSmall; ++k) small[size_t(k)] = 0x2000000000ull + uint64_t(k);
+    ptl_handle_md_t md = bind(src.data(), kLarge, PTL_MD_EVENT_SEND_DISABLE),
+                    sm = bind(small.data(), kSmall * 8, PTL_MD_EVENT_SEND_DISABLE);
+    // A first put connects (only a connected peer gets a rendezvous); the large one overwrites it.
+    ASSERT_EQ(PtlPut(sm, 0, 8, PTL_ACK_REQ, to(next), pt_, 6, kLarge - 8, nullptr, 0), PTL_OK);
+    const ptl_event_t first = next_event(md_eq_, 60000);
+    ASSERT_EQ(first.type, PTL_EVENT_ACK);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ASSERT_EQ(PtlPut(md, 0, kLarge, PTL_NO_ACK_REQ, to(next), pt_, 6, 0, nullptr, 0), PTL_OK);
+    // Small puts over every 97th word of the large one's range: each must land after it.
+    for (int k = 0; k < kSmall; ++k)
+        ASSERT_EQ(PtlPut(sm, size_t(k) * 8, 8, k + 1 == kSmall ? PTL_ACK_REQ : PTL_NO_ACK_REQ, to(next), pt_,
+                         6, size_t(k) * 97 * 8, nullptr, 0),
+                  PTL_OK);
+    const ptl_event_t ack = next_event(md_eq_, 60000);
+    ASSERT_EQ(ack.type, PTL_EVENT_ACK);
+    EXPECT_EQ(ack.ni_fail_type, PTL_NI_OK);
+    EXPECT_EQ(ct_wait(rx, 2 + kSmall, 60000).failure, 0u);
+    for (size_t i = 0; i < dst.size(); ++i) {
+        const bool covered = i % 97 == 0 && i / 97 < size_t(kSmall);
+        const uint64_t want = covered ? 0x2000000000ull + i / 97 : 0x1000000000ull + i;
+        if (dst[i] != want) {
+            ADD_FAILURE() << "word " << i << " is 0x" << std::hex << dst[i] << ", want 0x" << want;
+            break;
+        }
+    }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMEUnlink(h), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(sm), PTL_OK);
+    EXPECT_EQ(PtlCTFree(rx), PTL_OK);
+}

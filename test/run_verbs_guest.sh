@@ -33,6 +33,11 @@ $top/contrib/guest-rxe-hosts.sh 4 sh -c '
   NETNS_HOSTS="\$1 \$2" PTL_PROGRESS=manual $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh \
     $build/test/direct_tests --gtest_brief=1 --gtest_filter="*AfterMeeting*:*O6_*:*A10_*:*F12_*:*U4_*:*C5_*:*F1_*" || exit 1
   $top/test/run_bulk_failure.sh || exit 1
+  echo "== PTL_BULK_HOLD_MAX=2: small puts queued behind an RDMA pull past the bound withhold the initiator credits, and still land in order"
+  NETNS_HOSTS="\$1 \$2" PTL_BULK_HOLD_MAX=2 PTL_VERBS_STATS=1 $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh \
+    $build/test/mp_tests --gtest_brief=1 --gtest_filter="Job.G11*" > /tmp/hold.log 2>&1 || { cat /tmp/hold.log; exit 1; }
+  grep -q "[1-9][0-9]* credit withholds" /tmp/hold.log ||
+    { grep "verbs wire on" /tmp/hold.log; echo "run_verbs_guest: no credits were withheld"; exit 1; }
   echo "== the RDMA port of the first host down and up again (port_failure_test, 2 ranks on 2 hosts): error events, then reconnection"
   NETNS_HOSTS="\$1 \$2" $build/ptlrun -n 2 --timeout 300 $top/contrib/netns-exec-rank.sh $build/test/port_failure_test \
     --gtest_brief=1 || exit 1

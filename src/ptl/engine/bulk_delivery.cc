@@ -1,6 +1,8 @@
 // Bulk deliveries (bulk_delivery.h): their completion, and the initiators they hold back.
 #include "bulk_delivery.h"
 
+#include <utility>
+
 #include "engine.h"
 #include "match.h"
 
@@ -51,8 +53,18 @@ void Engine::begin_bulk_hold(PeerId from) {
 bool Engine::hold_for_bulk(const InMessage &m) {
     auto it = bulk_holds_.find(m.from);
     if (it == bulk_holds_.end()) return false;
-    it->second.queue.push(m, 0);
+    BulkHold &hold = it->second;
+    hold.queue.push(m, 0);
+    if (hold.queue.size() >= cfg_.bulk_hold_max && !hold.withheld && m.via) {
+        hold.withheld = m.via;
+        m.via->withhold_credits(m.from, true);
+    }
     return true;
+}
+
+void Engine::release_bulk_hold_credits(PeerId from, BulkHold &hold, bool ending) {
+    if (hold.withheld && (ending || hold.queue.size() <= cfg_.bulk_hold_max / 2))
+        std::exchange(hold.withheld, nullptr)->withhold_credits(from, false);
 }
 
 void Engine::wait_for_overflow_data(Ni &n, Pt &pt, const Entry &e) {

@@ -38,6 +38,9 @@ struct BulkDelivery {
 struct BulkHold {
     uint32_t inflight = 0;
     HeldMessages queue;
+    // Past PTL_BULK_HOLD_MAX queued requests the wire stops returning the initiator's credits
+    // (it sends at most its credits more), until the queue is down to half.
+    Wire *withheld = nullptr;
 };
 
 }  // namespace ptl

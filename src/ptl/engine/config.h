@@ -18,6 +18,7 @@ struct Config {
     long busy_poll_gap_us = 20;  // PTL_BUSY_POLL_GAP_US: an app away shorter between polls serves its peers
     YieldMode wait_yield = YieldMode::Auto;  // PTL_WAIT_YIELD=auto|always|never
     uint64_t rndv_threshold = 16384;         // PTL_RNDV_THRESH: larger payloads move by bulk copy
+    size_t bulk_hold_max = 64;  // PTL_BULK_HOLD_MAX: an initiator's requests queued behind its transfers
     uint32_t shm_cells = 4096;               // PTL_SHM_CELLS
     uint32_t shm_cell_size = 256;            // PTL_SHM_CELL_SIZE
     bool notify_drops = false;               // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)

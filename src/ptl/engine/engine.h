@@ -449,6 +449,7 @@ private:
     void end_bulk_hold(PeerId from);
     // A request from an initiator with transfers in flight: queued behind them (true).
     bool hold_for_bulk(const InMessage &m);
+    void release_bulk_hold_credits(PeerId from, BulkHold &hold, bool ending);
     // Drives progress until no delivery `matches` is in flight (the wire's deadline bounds it).
     void wait_for_bulk(const std::function<bool(const BulkDelivery &)> &matches);
     // An automatic unlink in two steps: out of the list at the match, the event after the

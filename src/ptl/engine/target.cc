@@ -223,8 +223,12 @@ void Engine::end_bulk_hold(PeerId from) {
             break;
         }
         it->second.queue.pop();
-        if (it->second.inflight > 0) return;
+        if (it->second.inflight > 0) {
+            release_bulk_hold_credits(from, it->second, false);
+            return;
+        }
     }
+    release_bulk_hold_credits(from, it->second, it->second.inflight == 0);
     if (it->second.inflight == 0) bulk_holds_.erase(it);
 }
 

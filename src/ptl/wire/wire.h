@@ -159,6 +159,9 @@ public:
     virtual void report_handled_promptly(PeerId) {}
     // Called with each peer whose connection to us the wire accepts (it may reach us now).
     virtual void set_peer_connected(std::function<void(PeerId)>) {}
+    // Stops (true) or resumes returning the peer's flow-control credits, where the wire has
+    // them: the engine queues that peer's messages (behind a transfer) and bounds the queue so.
+    virtual void withhold_credits(PeerId, bool) {}
 };
 
 }  // namespace ptl

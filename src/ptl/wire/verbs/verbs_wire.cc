@@ -165,7 +165,8 @@ VerbsWire::~VerbsWire() {
             stderr,
             "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; %llu bytes pinned for %llu peers; "
             "%llu sends in %llu doorbells (%llu credit returns), %llu receives (%llu credit returns), %llu "
-            "progress calls, %llu arms, %llu watcher wake-ups; registration cache %s: %llu hits, %llu "
+            "progress calls, %llu arms, %llu watcher wake-ups, %llu credit withholds; registration cache %s: "
+            "%llu hits, %llu "
             "misses, "
             "%llu uncached, %llu invalidated, %llu evicted\n",
             dev_->name().c_str(), (unsigned long long)rdma_ops_, (unsigned long long)rdma_bytes_,
@@ -173,9 +174,10 @@ VerbsWire::~VerbsWire() {
             (unsigned long long)k.doorbells, (unsigned long long)k.credit_sends,
             (unsigned long long)k.receives, (unsigned long long)k.credit_receives,
             (unsigned long long)k.progress, (unsigned long long)k.arms,
-            (unsigned long long)watcher_wakes_.load(), cache_->caching() ? "on" : "off",
-            (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.uncached,
-            (unsigned long long)st.invalidated, (unsigned long long)st.evicted);
+            (unsigned long long)watcher_wakes_.load(), (unsigned long long)k.withholds,
+            cache_->caching() ? "on" : "off", (unsigned long long)st.hits, (unsigned long long)st.misses,
+            (unsigned long long)st.uncached, (unsigned long long)st.invalidated,
+            (unsigned long long)st.evicted);
     }
     for (Export *e : exports_) delete e;
     exports_.clear();
@@ -560,9 +562,9 @@ uint32_t VerbsWire::sq_room(const Conn &c) const {
 // What a send tells the peer: the count of its messages we consumed and whether we hold
 // messages back. Every send carries it, so the peer hears it from then on.
 uint32_t VerbsWire::credit_word(Conn &c) {
-    c.returned = c.consumed;
+    if (!c.withheld) c.returned = c.consumed;
     c.told_holding = holding_;
-    return htonl((c.consumed & kConsumedMask) | (holding_ ? kHoldingBit : 0) | (c.want_word ? kWantBit : 0));
+    return htonl((c.returned & kConsumedMask) | (holding_ ? kHoldingBit : 0) | (c.want_word ? kWantBit : 0));
 }
 
 uint32_t VerbsWire::take_sq(Conn &c, const SqEntry &e) {
@@ -783,7 +785,7 @@ void VerbsWire::post_rx(uint32_t slot) {
 // of holding_ is news too).
 void VerbsWire::return_credits(Conn &c, bool now, bool signal) {
     const uint32_t owed = c.consumed - c.returned;
-    if (c.state != State::Ready || (!now && owed < std::max<uint32_t>(1, cfg_.credits / 4)) ||
+    if (c.state != State::Ready || c.withheld || (!now && owed < std::max<uint32_t>(1, cfg_.credits / 4)) ||
         sq_room(c) == 0)
         return;
     if (c.held && !post_held(c)) {  // they carry an older count: go first
@@ -877,7 +879,7 @@ void VerbsWire::return_owed_credits() {
         c->owing = false;
         auto owed = [&] { return c->consumed != c->returned || c->told_holding != holding_; };
         if (owed()) return_credits(*c, true);
-        if (owed() && c->state == State::Ready) owe(*c);  // no room: at the next progress
+        if (owed() && c->state == State::Ready && !c->withheld) owe(*c);  // no room: at the next progress
     }
 }
 
@@ -1075,8 +1077,8 @@ bool VerbsWire::carries_rdma(const Conn &c) {
 // Nothing of ours needs the QP: no message half sent, no RDMA in flight, no memory the peer may
 // still reach through it for an operation of ours.
 bool VerbsWire::closable(const Conn &c, uint64_t now) const {
-    return c.state == State::Ready && c.released && c.backlog.empty() && !c.held && !c.corked &&
-           !c.remote_ops && !c.transfers && !c.answer_owed && sq_room(c) > 0 &&
+    return c.state == State::Ready && c.released && !c.withheld && c.backlog.empty() && !c.held &&
+           !c.corked && !c.remote_ops && !c.transfers && !c.answer_owed && sq_room(c) > 0 &&
            now - c.refused_ns >= kRefusedBackoffNs && !exports_to_.count(c.peer);
 }
 
@@ -1182,7 +1184,8 @@ void VerbsWire::on_close_message(Conn &c, const char *buf, uint32_t len) {
                 return;
             }
             if (c.state != State::Ready) return;
-            if (!c.backlog.empty() || c.remote_ops || c.transfers || exports_to_.count(c.peer)) {
+            if (!c.backlog.empty() || c.remote_ops || c.transfers || c.withheld ||
+                exports_to_.count(c.peer)) {
                 answer_close(c, kCloseNak);
                 return;
             }
@@ -1467,6 +1470,20 @@ void VerbsWire::set_holding(bool holding) {
     // the return that tells of it carries the holding bit.
     for (auto &[peer, c] : conns_)
         if (c->prompt) owe(*c);
+}
+
+// The peer's credits stay with us while its messages queue in the engine: it sends at most its
+// credits more, then waits (its sends wait in its backlog) until we resume.
+void VerbsWire::withhold_credits(PeerId peer, bool on) {
+    auto it = conns_.find(peer);
+    if (it == conns_.end() || it->second->withheld == on) return;
+    Conn &c = *it->second;
+    c.withheld = on;
+    if (on) {
+        ++counters_.withholds;
+    } else if (c.state == State::Ready && (c.consumed != c.returned || c.told_holding != holding_)) {
+        return_credits(c, true);
+    }
 }
 
 void VerbsWire::report_handled_promptly(PeerId from) {

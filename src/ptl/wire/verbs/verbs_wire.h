@@ -123,6 +123,7 @@ public:
     void set_holding(bool holding) override;
     void report_handled_promptly(PeerId from) override;
     void set_peer_connected(std::function<void(PeerId)> f) override { peer_connected_ = std::move(f); }
+    void withhold_credits(PeerId peer, bool on) override;
 
     // A connection-setup message that arrived over the control wire.
     void on_control(const InMessage &m);
@@ -183,6 +184,7 @@ private:
         bool owing = false;   // in owing_
         bool peer_wants = false;    // its last send asked for our word (it would go direct)
         bool told_holding = false;  // the holding bit of the last word we sent
+        bool withheld = false;      // withhold_credits: our words repeat the count last returned
         bool port_failed = false;   // failed by a port or device event: may reconnect when it is back
         // Liveness once the control wire let go of the peer: completions seen from it (heard),
         // the count at the last look and since when it has not changed, the last probe.
@@ -312,7 +314,7 @@ private:
     uint64_t rdma_ops_ = 0, rdma_bytes_ = 0;
     struct Counters {  // PTL_VERBS_STATS
         uint64_t sends = 0, doorbells = 0, credit_sends = 0, receives = 0, credit_receives = 0, progress = 0,
-                 arms = 0;
+                 arms = 0, withholds = 0;
     };
     Counters counters_;
     std::atomic<uint64_t> watcher_wakes_{0};
