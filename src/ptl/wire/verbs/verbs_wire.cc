@@ -1203,8 +1203,7 @@ void VerbsWire::on_close_message(Conn &c, const char *buf, uint32_t len) {
             drain(c);
             // What we consumed while closing was not returned: the peer may be waiting for it
             // (a backlog is a reason to refuse).
-            if (c.state == State::Ready && (c.consumed != c.returned || c.told_holding != holding_))
-                return_credits(c, true);
+            return_withheld(c);
             return;
         case kCloseAck:
             if (c.state == State::Closing && c.close_asked && !c.close_agreed) closed_.push_back(c.id);
@@ -1479,11 +1478,19 @@ void VerbsWire::withhold_credits(PeerId peer, bool on) {
     if (it == conns_.end() || it->second->withheld == on) return;
     Conn &c = *it->second;
     c.withheld = on;
-    if (on) {
+    if (on)
         ++counters_.withholds;
-    } else if (c.state == State::Ready && (c.consumed != c.returned || c.told_holding != holding_)) {
-        return_credits(c, true);
-    }
+    else
+        return_withheld(c);
+}
+
+// Credits kept back (withheld, or consumed while closing) go now, or with the next progress
+// when the send queue has no room: nothing else may trigger them, the peer waits for them.
+void VerbsWire::return_withheld(Conn &c) {
+    auto owed = [&] { return c.consumed != c.returned || c.told_holding != holding_; };
+    if (c.state != State::Ready || !owed()) return;
+    return_credits(c, true);
+    if (owed()) owe(c);
 }
 
 void VerbsWire::report_handled_promptly(PeerId from) {

@@ -238,6 +238,7 @@ private:
     void return_credits(Conn &c, bool now = false, bool signal = false);
     void reclaim_send_queue();
     void return_owed_credits();
+    void return_withheld(Conn &c);
     void on_receive(Conn &c, uint32_t slot, uint32_t len, const MessageHandler &handler);
     int handle_recv(const ibv_wc &wc, const MessageHandler &handler);
     void stash_recv(const ibv_wc *wc, int n);
