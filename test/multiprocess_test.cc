@@ -60,6 +60,17 @@ protected:
         me.match_id.rank = src < 0 ? PTL_RANK_ANY : ptl_rank_t(src);
         return me;
     }
+    // A persistent ME for puts from `src` (-1: any rank) counted on `ct`, without full events.
+    ptl_handle_me_t append_counted(int src, void *p, ptl_size_t len, ptl_match_bits_t bits,
+                                   ptl_handle_ct_t ct) {
+        ptl_me_t me = me_from(
+            src, p, len,
+            PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE,
+            bits, 0, ct);
+        ptl_handle_me_t h = PTL_INVALID_HANDLE;
+        EXPECT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        return h;
+    }
     ptl_handle_ni_t ni_{};
     ptl_ni_limits_t limits_{};
     ptl_handle_eq_t eq_{}, md_eq_{};
@@ -262,12 +273,7 @@ TEST_F(Job, LargeZeroCopyTransfersAroundTheRing) {
         src[i] = static_cast<unsigned char>((i * 131 + size_t(rank()) * 17) >> 3);
     ptl_handle_ct_t rx;
     ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
-    ptl_me_t me =
-        me_from(prev, dst.data(), len,
-                PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE,
-                1, 0, rx);
-    ptl_handle_me_t h;
-    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ptl_handle_me_t h = append_counted(prev, dst.data(), len, 1, rx);
     ptl_me_t exp = me_from(-1, src.data(), len,
                            PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE, 2, 0);
     ASSERT_EQ(PtlMEAppend(ni_, pt_, &exp, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
@@ -635,12 +641,7 @@ TEST_F(Job, TriggeredChainAroundTheRing) {
     int64_t token = 0, out = 0;
     ptl_handle_ct_t rx;
     ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
-    ptl_me_t me =
-        me_from(-1, &token, 8,
-                PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE,
-                9, 0, rx);
-    ptl_handle_me_t h;
-    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    append_counted(-1, &token, 8, 9, rx);  // stays until the NI closes
     ptl_handle_md_t md = bind(&token, 8);  // forwards what arrived, read at fire time
     const ptl_size_t rounds = 2;
     for (ptl_size_t r = 1; r <= rounds; ++r) {
@@ -883,12 +884,7 @@ TEST_F(Job, G11_ManySmallPutsBehindALargeOneAllLandAfterIt) {
     std::vector<uint64_t> dst(kLarge / 8, 0);
     ptl_handle_ct_t rx;
     ASSERT_EQ(PtlCTAlloc(ni_, &rx), PTL_OK);
-    ptl_me_t me =
-        me_from(prev, dst.data(), kLarge,
-                PTL_ME_OP_PUT | PTL_ME_EVENT_CT_COMM | PTL_ME_EVENT_LINK_DISABLE | PTL_ME_EVENT_COMM_DISABLE,
-                6, 0, rx);
-    ptl_handle_me_t h;
-    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+    ptl_handle_me_t h = append_counted(prev, dst.data(), kLarge, 6, rx);
     ASSERT_EQ(ptlrt_barrier(), 0);
     std::vector<uint64_t> src(kLarge / 8), small(kSmall);
     for (size_t i = 0; i < src.size(); ++i) src[i] = 0x1000000000ull + i;
