@@ -2,14 +2,16 @@
 // acknowledgment types, counting events, every atomic op × datatype, triggered operations.
 #include <sys/mman.h>
 
+#include <chrono>
 #include <cmath>
 #include <complex>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "../src/ptl/runtime/identity.h"
 #include "ptl_test_util.h"
 
 using namespace ptltest;
@@ -451,10 +453,20 @@ TEST_F(Data, D13_MDReleaseRefusedWhileReplyDue) {
 TEST_F(Data, Undeliverable_TargetProcessDoesNotExist) {
     char buf[8];
     ptl_handle_md_t md = bind(buf, 8);
+    // A pid no process owns, held by us for the test so none takes it meanwhile: a fixed pid
+    // was once this very process's (PTL_PID_ANY starts at the OS pid modulo 1023), and the
+    // put then went to itself.
     ptl_process_t nobody = self_;
-    nobody.phys.pid = PTL_PID_MAX - 1;  // no process owns this pid
+    int lock_fd = -1;
+    std::string err;
+    for (uint32_t p = PTL_PID_MAX - 1; p > 0 && lock_fd < 0; --p)
+        if (p != self_.phys.pid &&
+            ptl::identity::acquire_pid(self_.phys.nid, p, &lock_fd, &err) == int64_t(p))
+            nobody.phys.pid = p;
+    ASSERT_GE(lock_fd, 0) << err;
     ASSERT_EQ(PtlPut(md, 0, 8, PTL_ACK_REQ, nobody, 0, 0, 0, nullptr, 0), PTL_OK);
     ptl_event_t ev = next_event(md_eq_);
+    ptl::identity::release_pid(self_.phys.nid, nobody.phys.pid, lock_fd);
     EXPECT_EQ(ev.type, PTL_EVENT_SEND);
     EXPECT_EQ(ev.ni_fail_type, PTL_NI_UNDELIVERABLE);
 }
