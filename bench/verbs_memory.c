@@ -49,8 +49,8 @@ static long long vm_pin_kib(void) {
     return kib;
 }
 
-/* Weak: the same program measures builds from before PtlXWireUsage existed (-1 there). */
-int PtlXWireUsage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage) __attribute__((weak));
+/* Weak: the same program measures builds from before PtlXWireUsageSized existed (-1 there). */
+int PtlXWireUsageSized(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage, size_t size) __attribute__((weak));
 
 int main(void) {
     if (ptlrt_init() != 0) return 2;
@@ -105,7 +105,7 @@ int main(void) {
 
     ptlx_wire_usage_t u;
     memset(&u, 0xff, sizeof u); /* a build before tcp_connections leaves it at -1 */
-    int have_usage = PtlXWireUsage && PtlXWireUsage(ni, &u) == PTL_OK;
+    int have_usage = PtlXWireUsageSized && PtlXWireUsage(ni, &u) == PTL_OK;
     /* The tcp connections of RDMA peers close just after their QPs come up: give them 2 s. */
     for (const double until = now_us() + 2e6; have_usage && u.tcp_connections + 1 > 1 && now_us() < until;) {
         PtlXProgress();

@@ -5,6 +5,7 @@
 #define PORTALS4_EXT_H
 
 #include <portals4.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -119,7 +120,13 @@ typedef struct {
     ptl_size_t tcp_connections;
     ptl_size_t rdma_qps_closed;
 } ptlx_wire_usage_t;
-int PtlXWireUsage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage);
+/* The struct grows at its end as figures are added: a caller says how much of it it has, and
+ * only that much is written (binaries built against an older header keep working). */
+int PtlXWireUsageSized(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage, size_t size);
+#define PtlXWireUsage(ni, usage) PtlXWireUsageSized((ni), (usage), sizeof *(usage))
+/* The symbol binaries built before PtlXWireUsageSized call: writes the first three fields, the
+ * struct's size then. */
+int(PtlXWireUsage)(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage);
 
 #ifdef __cplusplus
 }

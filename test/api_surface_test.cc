@@ -2,7 +2,10 @@
 // handles; every call's error returns (PTL_NO_INIT, PTL_ARG_INVALID, ...) with no crash.
 #include <unistd.h>
 
+#include <cstring>
 #include <thread>
+
+#include <portals4_ext.h>
 
 #include "ptl_test_util.h"
 
@@ -295,4 +298,24 @@ TEST_F(NiTest, BadInput_FreeingAnEqOrCtStillInUseDoesNotCorruptMemory) {
     sync_point();
     ptl_event_t ev;
     EXPECT_EQ(PtlEQGet(eq, &ev), PTL_ARG_INVALID);
+}
+
+// PtlXWireUsage grows at its end: a binary built against an older, shorter struct must not have
+// the figures it does not know written past its struct.
+TEST_F(NiTest, WireUsageWritesOnlyTheStructTheCallerHas) {
+    ptlx_wire_usage_t u;
+    std::memset(&u, 0xff, sizeof u);
+    ASSERT_EQ(PtlXWireUsageSized(ni_, &u, 2 * sizeof(ptl_size_t)), PTL_OK);
+    EXPECT_EQ(u.pinned_bytes, 0u);  // no verbs wire here
+    EXPECT_EQ(u.registered_bytes, 0u);
+    EXPECT_EQ(u.rdma_peers, ~ptl_size_t(0));
+    std::memset(&u, 0xff, sizeof u);
+    ASSERT_EQ((PtlXWireUsage)(ni_, &u), PTL_OK);  // the symbol older binaries call: three fields
+    EXPECT_EQ(u.rdma_peers, 0u);
+    EXPECT_EQ(u.tcp_connections, ~ptl_size_t(0));
+    std::memset(&u, 0xff, sizeof u);
+    ASSERT_EQ(PtlXWireUsage(ni_, &u), PTL_OK);  // the macro: all of it
+    EXPECT_EQ(u.rdma_qps_closed, 0u);
+    EXPECT_EQ(PtlXWireUsage(PTL_INVALID_HANDLE, &u), PTL_ARG_INVALID);
+    EXPECT_EQ(PtlXWireUsageSized(ni_, nullptr, sizeof u), PTL_ARG_INVALID);
 }

@@ -1,6 +1,9 @@
 // portals4_ext.h: the engine entry points the UCT component needs beyond Portals 4.3.
 #include <portals4_ext.h>
 
+#include <algorithm>
+#include <cstring>
+
 #include "api_guard.h"
 
 using ptl::engine;
@@ -55,7 +58,15 @@ PTL_API int PtlXPeerAlive(ptl_handle_ni_t ni, ptl_process_t peer) {
     return engine().peer_alive(ni, peer);
 }
 
-PTL_API int PtlXWireUsage(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage) {
+PTL_API int PtlXWireUsageSized(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage, size_t size) {
     REQUIRE_INIT();
-    return engine().wire_usage(ni, usage);
+    if (!usage) return PTL_ARG_INVALID;
+    ptlx_wire_usage_t all{};
+    const int rc = engine().wire_usage(ni, &all);
+    if (rc == PTL_OK) std::memcpy(usage, &all, std::min(size, sizeof all));
+    return rc;
+}
+
+PTL_API int(PtlXWireUsage)(ptl_handle_ni_t ni, ptlx_wire_usage_t *usage) {
+    return PtlXWireUsageSized(ni, usage, 3 * sizeof(ptl_size_t));
 }
