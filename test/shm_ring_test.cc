@@ -1,6 +1,7 @@
 // The shared-memory ring alone, between threads over one segment: each thread attaches its
 // own Ring, as separate processes do. Producers retry a full ring; every wait has a deadline.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -9,10 +10,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "../src/ptl/wire/shm/shm_ring.h"
+#include "../src/ptl/wire/shm/wake_socket.h"
 
 using ptl::shm::CellHead;
 using ptl::shm::Ring;
@@ -202,4 +205,34 @@ TEST_F(OneProducerRing, ACellReachedBeforeItsRunIsWrittenHoldsNothing) {
     }
     EXPECT_FALSE(consumer.may_hold_message());
     EXPECT_EQ(consumer.peek(), nullptr);
+}
+
+// A consumer that sleeps in poll() (it also waits on the verbs completion channel) is woken by
+// a byte to its WakeSocket; one asleep on the futex, or awake, gets none.
+TEST(ShmRing, AProducerWakesAConsumerAsleepOnItsSocketBySendingItAByte) {
+    Segment seg(64, 256);
+    Ring consumer, producer;
+    seg.attach(consumer);
+    seg.attach(producer);
+    ptl::shm::WakeSocket ws;
+    std::string err;
+    ASSERT_TRUE(ws.open(&err)) << err;  // named after this process, the ring's owner
+    auto woken = [&](int ms) {
+        pollfd p{ws.fd(), POLLIN, 0};
+        const bool r = poll(&p, 1, ms) == 1;
+        ws.drain();
+        return r;
+    };
+    ptl::shm::RingControl *c = consumer.control();
+    const uint32_t bell = c->doorbell.load();
+    c->sleeping.store(ptl::shm::kSleepsOnSocket);
+    ASSERT_TRUE(push(producer, 1, 0, std::vector<unsigned char>(8, 'a')));
+    EXPECT_TRUE(woken(10000));
+    EXPECT_EQ(c->sleeping.load(), ptl::shm::kAwake);  // one wake per sleep
+    EXPECT_EQ(c->doorbell.load(), bell + 1);
+    ASSERT_TRUE(push(producer, 1, 1, std::vector<unsigned char>(8, 'b')));  // awake now: no byte
+    c->sleeping.store(ptl::shm::kSleepsOnFutex);
+    ASSERT_TRUE(push(producer, 1, 2, std::vector<unsigned char>(8, 'c')));  // a futex wake, no byte
+    EXPECT_FALSE(woken(0));
+    EXPECT_EQ(c->sleeping.load(), ptl::shm::kAwake);
 }

@@ -136,6 +136,10 @@ int Engine::open_physical(ptl_pid_t pid) {
     // A system call per poll for the few messages tcp still carries would cost RDMA polls
     // their latency (an emulated guest: 10-20 us each).
     if (verbs_ && tcp_) tcp_->set_setup_only(true);
+    // A completion then wakes the thread that sleeps for it, not the wire's watcher, which
+    // would have to wake that thread in turn (sleep_for_traffic).
+    std::string why_not;
+    if (verbs_ && shm_->sleep_on_descriptors(&why_not)) verbs_->leave_channel_to_sleepers();
 #endif
     if (!trace_ && !cfg_.trace_dir.empty()) {
         trace_ = Trace::open(cfg_.trace_dir, cfg_.trace_mb, &err);
@@ -250,6 +254,25 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
         explicit Sleeping(std::atomic<uint32_t> &c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
         ~Sleeping() { n.fetch_sub(1, std::memory_order_relaxed); }
     } sleeping(traffic_sleepers_);
+#ifdef PTL_HAVE_VERBS
+    if (shm_->sleeps_on_descriptors() && verbs_) {
+        // One poll() on every wire's descriptors: no watcher thread in between.
+        pollfd also[2] = {{verbs_->channel_fd(), POLLIN, 0}, {tcp_ ? tcp_->epoll_fd() : -1, POLLIN, 0}};
+        shm_->wait_for_traffic(
+            timeout_us,
+            [this] {
+                Lock lk(mu_);  // arming looks at the completion queue once more, which progress owns
+                if (verbs_) verbs_->arm_wakeup();
+            },
+            counted, also, tcp_ ? 2 : 1);
+        if (also[0].revents || also[1].revents) {
+            Lock lk(mu_);
+            if (verbs_ && also[0].revents) verbs_->take_channel_events();
+            if (tcp_ && also[1].revents) tcp_->note_readable();
+        }
+        return;
+    }
+#endif
     if (tcp_)
         shm_->wait_for_traffic(
             timeout_us,

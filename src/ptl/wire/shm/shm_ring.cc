@@ -9,6 +9,8 @@
 #include <cstring>
 #include <new>
 
+#include "wake_socket.h"
+
 namespace ptl::shm {
 
 namespace {
@@ -93,10 +95,13 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
 void Ring::ring_doorbell() {
     // One wake per sleep: the first producer to see the flag clears it, the rest skip the
     // system call (the consumer re-arms before it sleeps again).
-    if (ctl_->sleeping.exchange(0)) {
-        ctl_->doorbell.fetch_add(1, std::memory_order_release);
+    const uint32_t how = ctl_->sleeping.exchange(kAwake);
+    if (how == kAwake) return;
+    ctl_->doorbell.fetch_add(1, std::memory_order_release);
+    if (how == kSleepsOnSocket)
+        WakeSocket::send_to(ctl_->owner_os_pid);
+    else
         syscall(SYS_futex, &ctl_->doorbell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-    }
 }
 
 const CellHead *Ring::peek_past_padding() {

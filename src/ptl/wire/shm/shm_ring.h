@@ -22,8 +22,14 @@
 namespace ptl::shm {
 
 constexpr uint64_t kMagic = 0x3450544c52494e47ull;  // "4PTLRING"
-constexpr uint32_t kVersion = 4;                    // 4: the export table header's `counted` on its own line
+constexpr uint32_t kVersion =
+    5;  // 4: the export table header's `counted` on its own line; 5: kSleepsOnSocket
 constexpr size_t kCacheLine = 64;
+
+// RingControl::sleeping: how a producer wakes the consumer.
+constexpr uint32_t kAwake = 0;
+constexpr uint32_t kSleepsOnFutex = 1;   // FUTEX_WAKE on the doorbell
+constexpr uint32_t kSleepsOnSocket = 2;  // a byte to its WakeSocket (it polls descriptors too)
 
 struct alignas(kCacheLine) RingControl {
     uint64_t magic;
@@ -37,7 +43,7 @@ struct alignas(kCacheLine) RingControl {
     alignas(kCacheLine) std::atomic<uint64_t> enqueue_pos;
     alignas(kCacheLine) std::atomic<uint64_t> dequeue_pos;  // cells before it are free again
     alignas(kCacheLine) std::atomic<uint32_t> doorbell;
-    std::atomic<uint32_t> sleeping;
+    std::atomic<uint32_t> sleeping;  // kAwake, or how the consumer sleeps
     alignas(kCacheLine) std::atomic<uint32_t> ready;
 };
 

@@ -6,6 +6,7 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -61,6 +62,7 @@ std::unique_ptr<ShmWire> ShmWire::create(PeerId self, const ShmConfig &cfg, std:
 }
 
 ShmWire::~ShmWire() {
+    if (self_wake_fd_ >= 0) close(self_wake_fd_.load());
     for (auto &[id, p] : peers_)
         if (p->base) munmap(p->base, p->len);
     if (base_) {
@@ -215,28 +217,65 @@ bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const str
 }
 
 void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm_others,
-                               const std::function<bool()> &work_waiting) {
+                               const std::function<bool()> &work_waiting, struct pollfd *also, int n_also) {
     RingControl *c = rx_.control();
     const uint32_t v = c->doorbell.load(std::memory_order_acquire);
     if (arm_others) arm_others();
-    c->sleeping.store(1, std::memory_order_relaxed);
+    const bool polls = sleeps_on_descriptors();
+    c->sleeping.store(polls ? kSleepsOnSocket : kSleepsOnFutex, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    struct timespec ts {
+        timeout_us / 1000000, (timeout_us % 1000000) * 1000
+    };
     if (has_backlog()) {
         // Our messages wait for room in a peer's ring: a progress must keep trying.
         sched_yield();
     } else if (rx_.empty_for_consumer() && !(work_waiting && work_waiting())) {
-        struct timespec ts {
-            timeout_us / 1000000, (timeout_us % 1000000) * 1000
-        };
-        syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
+        if (!polls) {
+            syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
+        } else if (c->doorbell.load(std::memory_order_seq_cst) == v) {  // what FUTEX_WAIT compares
+            const int self_fd = self_wake_fd_.load(std::memory_order_relaxed);
+            pollfd fds[2 + kMaxAlso] = {{wake_socket_.fd(), POLLIN, 0}, {self_fd, POLLIN, 0}};
+            n_also = std::min(n_also, kMaxAlso);
+            std::copy(also, also + n_also, fds + 2);
+            if (ppoll(fds, nfds_t(2 + n_also), timeout_us >= 0 ? &ts : nullptr, nullptr) > 0) {
+                if (fds[0].revents) wake_socket_.drain();
+                uint64_t n;
+                if (fds[1].revents && read(self_fd, &n, sizeof n) < 0) {
+                }
+                for (int i = 0; i < n_also; ++i) also[i].revents = fds[2 + i].revents;
+            }
+        }
     }
-    c->sleeping.store(0, std::memory_order_relaxed);
+    c->sleeping.store(kAwake, std::memory_order_relaxed);
 }
 
 void ShmWire::wake() {
     RingControl *c = rx_.control();
+    if (const int fd = self_wake_fd_.load(std::memory_order_acquire); fd >= 0) {
+        // Pairs with wait_for_traffic's fence: it sees the doorbell move, or we see it asleep.
+        c->doorbell.fetch_add(1, std::memory_order_seq_cst);
+        if (c->sleeping.load(std::memory_order_seq_cst) != kAwake) {
+            const uint64_t one = 1;
+            if (write(fd, &one, sizeof one) < 0) {
+            }
+        }
+        return;
+    }
     c->doorbell.fetch_add(1, std::memory_order_release);
     syscall(SYS_futex, &c->doorbell, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+bool ShmWire::sleep_on_descriptors(std::string *err) {
+    if (sleeps_on_descriptors()) return true;
+    if (!wake_socket_.open(err)) return false;
+    const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) {
+        *err = std::string("eventfd: ") + std::strerror(errno);
+        return false;
+    }
+    self_wake_fd_.store(fd, std::memory_order_release);
+    return true;
 }
 
 }  // namespace ptl::shm

@@ -3,6 +3,8 @@
 // with one copy by cross-memory attach (process_vm_readv/writev).
 #pragma once
 
+#include <poll.h>
+
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -14,6 +16,7 @@
 #include "../wire.h"
 #include "shared_pages.h"
 #include "shm_ring.h"
+#include "wake_socket.h"
 
 namespace ptl::shm {
 
@@ -91,9 +94,18 @@ public:
     // sleep is committed, so a wake() it causes is never missed.
     // work_waiting: what else a producer may have left before ringing (checked after the
     // sleeping flag is up, as the ring is).
+    // Sleeping on descriptors (sleep_on_descriptors): the sleep is a poll() that also watches
+    // `also[0 .. n_also)` (their revents filled in), at most kMaxAlso of them.
     void wait_for_traffic(long timeout_us, const std::function<void()> &arm_others = {},
-                          const std::function<bool()> &work_waiting = {});
+                          const std::function<bool()> &work_waiting = {}, struct pollfd *also = nullptr,
+                          int n_also = 0);
+    static constexpr int kMaxAlso = 4;
     void wake();
+    // From now on sleeps are polls with other wires' descriptors (wait_for_traffic's `also`),
+    // woken by a WakeSocket instead of the doorbell futex. False (with the reason) if the
+    // socket cannot be had: sleeps stay on the futex.
+    bool sleep_on_descriptors(std::string *err);
+    bool sleeps_on_descriptors() const { return self_wake_fd_.load(std::memory_order_acquire) >= 0; }
     // Read without the engine lock by a thread about to sleep; changed under it.
     bool has_backlog() const { return backlog_peers_.load(std::memory_order_relaxed) > 0; }
     // Messages dropped as malformed since the last call (the ring's own checks).
@@ -150,6 +162,9 @@ private:
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     std::atomic<int> backlog_peers_{0};
     AdoptedPages adopted_;
+    WakeSocket wake_socket_;  // producers of other processes ring it
+    std::atomic<int> self_wake_fd_{
+        -1};  // an eventfd our own threads' wake() writes (other wires' watchers too)
 };
 
 }  // namespace ptl::shm

@@ -65,6 +65,11 @@ public:
     // peers without it, so a poll that finds nothing is not repeated for `idle_poll_ns`
     // (kIdlePollNs by default; the other wire says how long it can wait for setup news).
     void set_setup_only(bool on) { setup_only_ = on; }
+    // For a sleeper that polls the wire's sockets itself (Engine::sleep_for_traffic): the
+    // epoll descriptor, and the news that it was readable (the next progress looks at once,
+    // not at its rationed pace).
+    int epoll_fd() const { return epfd_; }
+    void note_readable() { last_poll_idle_ = false; }
     static constexpr uint64_t kIdlePollNs = 20000;  // with no connections, look for new ones this often
     void set_idle_poll_ns(uint64_t ns) { idle_poll_ns_ = ns; }
     // `hook(due_ns)` is called when a cork begins: its frames must leave by `due_ns` even if

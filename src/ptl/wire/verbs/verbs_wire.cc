@@ -1,6 +1,7 @@
 #include "verbs_wire.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -165,7 +166,8 @@ VerbsWire::~VerbsWire() {
             stderr,
             "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; %llu bytes pinned for %llu peers; "
             "%llu sends in %llu doorbells (%llu credit returns), %llu receives (%llu credit returns), %llu "
-            "progress calls, %llu arms, %llu watcher wake-ups, %llu credit withholds; registration cache %s: "
+            "progress calls, %llu arms, %llu completion events, %llu credit withholds; registration cache "
+            "%s: "
             "%llu hits, %llu "
             "misses, "
             "%llu uncached, %llu invalidated, %llu evicted\n",
@@ -174,7 +176,7 @@ VerbsWire::~VerbsWire() {
             (unsigned long long)k.doorbells, (unsigned long long)k.credit_sends,
             (unsigned long long)k.receives, (unsigned long long)k.credit_receives,
             (unsigned long long)k.progress, (unsigned long long)k.arms,
-            (unsigned long long)watcher_wakes_.load(), (unsigned long long)k.withholds,
+            (unsigned long long)channel_events_.load(), (unsigned long long)k.withholds,
             cache_->caching() ? "on" : "off", (unsigned long long)st.hits, (unsigned long long)st.misses,
             (unsigned long long)st.uncached, (unsigned long long)st.invalidated,
             (unsigned long long)st.evicted);
@@ -1703,6 +1705,25 @@ void VerbsWire::arm_wakeup() {
     if (n > 0 || poll_sends() > 0) wake_();
 }
 
+void VerbsWire::leave_channel_to_sleepers() {
+    // Several sleepers may poll it: the one that finds the event gone must not block.
+    const int flags = fcntl(channel_->fd, F_GETFL);
+    if (flags >= 0) fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK);
+    channel_to_sleepers_.store(true, std::memory_order_release);
+    const uint64_t one = 1;  // the watcher polls again, without the channel
+    if (write(stop_fd_, &one, sizeof one) < 0) {
+    }
+}
+
+void VerbsWire::take_channel_events() {
+    ibv_cq *cq;
+    void *ctx;
+    while (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
+        channel_events_.fetch_add(1, std::memory_order_relaxed);
+        ibv_ack_cq_events(cq, 1);
+    }
+}
+
 // Also reads the device's asynchronous events (a QP broken, a port down or up, the device
 // lost): they are queued for the engine's thread, which acts on them at its next progress.
 void VerbsWire::watch() {
@@ -1710,8 +1731,16 @@ void VerbsWire::watch() {
     pollfd fds[3] = {
         {channel_->fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}, {dev_->context()->async_fd, POLLIN, 0}};
     while (!stop_.load(std::memory_order_acquire)) {
+        // Without the channel: an fd of -1 is not polled.
+        fds[0].fd = channel_to_sleepers_.load(std::memory_order_acquire) ? -1 : channel_->fd;
+        fds[0].revents = 0;
         if (poll(fds, 3, -1) < 0) continue;
         if (stop_.load(std::memory_order_acquire)) break;
+        if (fds[1].revents & POLLIN) {  // leave_channel_to_sleepers
+            uint64_t n;
+            if (read(stop_fd_, &n, sizeof n) < 0) {
+            }
+        }
         if (fds[2].revents & POLLIN) {
             ibv_async_event ev;
             if (ibv_get_async_event(dev_->context(), &ev) == 0) {
@@ -1732,11 +1761,11 @@ void VerbsWire::watch() {
                 wake_();
             }
         }
-        if (fds[0].revents & POLLIN) {
+        if (fds[0].fd >= 0 && (fds[0].revents & POLLIN)) {
             ibv_cq *cq;
             void *ctx;
             if (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
-                watcher_wakes_.fetch_add(1, std::memory_order_relaxed);
+                channel_events_.fetch_add(1, std::memory_order_relaxed);
                 ibv_ack_cq_events(cq, 1);
                 wake_();
             }

@@ -129,6 +129,12 @@ public:
     void on_control(const InMessage &m);
     // The next completion calls `wake` once. Call after deciding to sleep.
     void arm_wakeup();
+    // From now on the engine's sleepers poll the completion channel themselves (a completion
+    // wakes the thread that waits for it, not this wire's watcher, which then hands it on):
+    // they arm_wakeup(), poll channel_fd() and take_channel_events() once it is readable.
+    void leave_channel_to_sleepers();
+    int channel_fd() const { return channel_->fd; }
+    void take_channel_events();
     uint64_t take_malformed();
     const std::string &device_name() const { return dev_->name(); }
     VerbsUsage usage() const;
@@ -318,7 +324,7 @@ private:
                  arms = 0, withholds = 0;
     };
     Counters counters_;
-    std::atomic<uint64_t> watcher_wakes_{0};
+    std::atomic<uint64_t> channel_events_{0};  // completion channel events, whoever took them
     size_t remote_registered_ = 0;  // bytes of remote_register's regions
     // One-sided operations in flight, by the slot their send-queue entry names.
     struct RemoteOp {
@@ -398,6 +404,7 @@ private:
     std::function<void()> wake_;
     int stop_fd_ = -1;
     std::atomic<bool> stop_{false};
+    std::atomic<bool> channel_to_sleepers_{false};
     std::thread watcher_;
 };
 
