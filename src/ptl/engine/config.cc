@@ -34,6 +34,11 @@ Config Config::from_env() {
         c.wait_yield = std::strcmp(y, "always") == 0  ? YieldMode::Always
                        : std::strcmp(y, "never") == 0 ? YieldMode::Never
                                                       : YieldMode::Auto;
+    if (const char *w = std::getenv("PTL_WAKE"); w && *w)
+        c.wake = std::strcmp(w, "auto") == 0     ? WakeChoice::Auto
+                 : std::strcmp(w, "futex") == 0  ? WakeChoice::Futex
+                 : std::strcmp(w, "socket") == 0 ? WakeChoice::Socket
+                                                 : WakeChoice::Invalid;
     c.rndv_threshold = uint64_t(env_long("PTL_RNDV_THRESH", long(c.rndv_threshold)));
     c.bulk_hold_max = size_t(std::clamp(env_long("PTL_BULK_HOLD_MAX", long(c.bulk_hold_max)), 1L, 1L << 20));
     c.shm_cells = uint32_t(env_long("PTL_SHM_CELLS", c.shm_cells));

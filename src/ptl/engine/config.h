@@ -8,6 +8,9 @@ namespace ptl {
 
 enum class WireChoice : uint8_t { Auto, Shm, Tcp, Verbs, Invalid };
 
+// PTL_WAKE: how a sleeping thread is woken (auto: Socket with a verbs wire, else Futex).
+enum class WakeChoice : uint8_t { Auto, Futex, Socket, Invalid };
+
 // PTL_WAIT_YIELD: whether idle polling gives the CPU away (idle_backoff.h).
 enum class YieldMode { Auto, Always, Never };
 
@@ -17,6 +20,7 @@ struct Config {
     long wait_spin_us = 500;                 // PTL_WAIT_SPIN_US: callers poll this long before sleeping
     long busy_poll_gap_us = 20;  // PTL_BUSY_POLL_GAP_US: an app away shorter between polls serves its peers
     YieldMode wait_yield = YieldMode::Auto;  // PTL_WAIT_YIELD=auto|always|never
+    WakeChoice wake = WakeChoice::Auto;      // PTL_WAKE=auto|futex|socket
     uint64_t rndv_threshold = 16384;         // PTL_RNDV_THRESH: larger payloads move by bulk copy
     size_t bulk_hold_max = 64;  // PTL_BULK_HOLD_MAX: an initiator's requests queued behind its transfers
     uint32_t shm_cells = 4096;               // PTL_SHM_CELLS

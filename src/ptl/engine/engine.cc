@@ -72,7 +72,7 @@ void Engine::abort() {
 void Engine::wake_sleepers() {
     if (!sleepers_armed_.exchange(false)) return;
     futex_wake_all(&event_seq_);
-    if (!cfg_.progress_thread && shm_) shm_->wake();
+    if (shm_ && (!cfg_.progress_thread || wire_waiters_.load(std::memory_order_seq_cst))) shm_->wake();
 }
 
 // ---------------------------------------------------------------------------------------

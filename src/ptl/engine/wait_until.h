@@ -73,8 +73,14 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
             lk.lock();
             continue;
         }
-        stop_polling(true);
+        // With a progress thread and a verbs wire the caller sleeps on the wires' descriptors
+        // itself, so a completion wakes it directly (not the progress thread, which would then
+        // wake it): it stays counted as polling, and the progress thread stays parked (it
+        // still makes a progress every few ms: the timers).
+        const bool on_wires = cfg_.progress_thread && shm_->sleeps_on_descriptors();
+        if (!on_wires) stop_polling(true);
         const uint32_t seq = event_seq_.load(std::memory_order_seq_cst);
+        if (on_wires) wire_waiters_.fetch_add(1, std::memory_order_seq_cst);
         sleepers_armed_.store(true, std::memory_order_seq_cst);
         lk.unlock();
         long us = forever ? 100000 : long(std::min<uint64_t>((deadline - t) / 1000, 100000));
@@ -86,10 +92,15 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
             nic_poll_us = std::min(nic_poll_us * 2, 1000L);
         }
         if (us < 1) us = 1;
-        if (cfg_.progress_thread) {
+        // An event posted after `seq` was read (wake_sleepers wakes the wires' sleepers too).
+        const auto posted = [this, seq] { return event_seq_.load(std::memory_order_seq_cst) != seq; };
+        if (on_wires) {
+            sleep_for_traffic(us, posted);
+            wire_waiters_.fetch_sub(1, std::memory_order_relaxed);
+        } else if (cfg_.progress_thread) {
             futex_wait(&event_seq_, seq, us);
         } else {
-            sleep_for_traffic(std::min(us, 1000L));
+            sleep_for_traffic(std::min(us, 1000L), posted);
         }
         lk.lock();
     }

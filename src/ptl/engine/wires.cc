@@ -1,6 +1,7 @@
 // The physical NI: the process's identity and the wires that reach its peers (loopback, shm,
 // tcp, verbs), opened with the first NI and closed with the last PtlFini.
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -40,6 +41,10 @@ void Engine::on_verbs_control(const InMessage &m) {
 int Engine::open_physical(ptl_pid_t pid) {
     if (cfg_.wire == WireChoice::Invalid) {
         report("PTL_WIRE=" + cfg_.wire_name + " is not one of auto, shm, tcp, verbs");
+        return PTL_ARG_INVALID;
+    }
+    if (cfg_.wake == WakeChoice::Invalid) {
+        report(std::string("PTL_WAKE=") + std::getenv("PTL_WAKE") + " is not one of auto, futex, socket");
         return PTL_ARG_INVALID;
     }
     std::string err;
@@ -136,10 +141,18 @@ int Engine::open_physical(ptl_pid_t pid) {
     // A system call per poll for the few messages tcp still carries would cost RDMA polls
     // their latency (an emulated guest: 10-20 us each).
     if (verbs_ && tcp_) tcp_->set_setup_only(true);
-    // A completion then wakes the thread that sleeps for it, not the wire's watcher, which
-    // would have to wake that thread in turn (sleep_for_traffic).
-    std::string why_not;
-    if (verbs_ && shm_->sleep_on_descriptors(&why_not)) verbs_->leave_channel_to_sleepers();
+#endif
+    // Sleepers then poll the wires' descriptors themselves: a completion or a tcp message wakes
+    // the thread that sleeps for it, not a wire's watcher, which would have to wake that thread
+    // in turn (sleep_for_traffic). Processes on this host wake them through a socket then.
+    bool wake_by_socket = cfg_.wake == WakeChoice::Socket;
+#ifdef PTL_HAVE_VERBS
+    wake_by_socket |= cfg_.wake == WakeChoice::Auto && verbs_;
+#endif
+    if (std::string why_not; wake_by_socket && !shm_->sleep_on_descriptors(&why_not))
+        report("PTL_WAKE: " + why_not + "; sleeping threads are woken by the wires' watchers");
+#ifdef PTL_HAVE_VERBS
+    if (verbs_ && shm_->sleeps_on_descriptors()) verbs_->leave_channel_to_sleepers();
 #endif
     if (!trace_ && !cfg_.trace_dir.empty()) {
         trace_ = Trace::open(cfg_.trace_dir, cfg_.trace_mb, &err);
@@ -254,25 +267,30 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
         explicit Sleeping(std::atomic<uint32_t> &c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
         ~Sleeping() { n.fetch_sub(1, std::memory_order_relaxed); }
     } sleeping(traffic_sleepers_);
-#ifdef PTL_HAVE_VERBS
-    if (shm_->sleeps_on_descriptors() && verbs_) {
+    if (shm_->sleeps_on_descriptors()) {
         // One poll() on every wire's descriptors: no watcher thread in between.
-        pollfd also[2] = {{verbs_->channel_fd(), POLLIN, 0}, {tcp_ ? tcp_->epoll_fd() : -1, POLLIN, 0}};
+        pollfd also[2] = {{-1, POLLIN, 0}, {tcp_ ? tcp_->epoll_fd() : -1, POLLIN, 0}};
+#ifdef PTL_HAVE_VERBS
+        if (verbs_) also[0].fd = verbs_->channel_fd();
+#endif
         shm_->wait_for_traffic(
             timeout_us,
             [this] {
+#ifdef PTL_HAVE_VERBS
                 Lock lk(mu_);  // arming looks at the completion queue once more, which progress owns
                 if (verbs_) verbs_->arm_wakeup();
+#endif
             },
-            counted, also, tcp_ ? 2 : 1);
+            counted, also, 2);
         if (also[0].revents || also[1].revents) {
             Lock lk(mu_);
+#ifdef PTL_HAVE_VERBS
             if (verbs_ && also[0].revents) verbs_->take_channel_events();
+#endif
             if (tcp_ && also[1].revents) tcp_->note_readable();
         }
         return;
     }
-#endif
     if (tcp_)
         shm_->wait_for_traffic(
             timeout_us,

@@ -222,7 +222,9 @@ void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm
     const uint32_t v = c->doorbell.load(std::memory_order_acquire);
     if (arm_others) arm_others();
     const bool polls = sleeps_on_descriptors();
-    c->sleeping.store(polls ? kSleepsOnSocket : kSleepsOnFutex, std::memory_order_relaxed);
+    const uint32_t how = polls ? kSleepsOnSocket : kSleepsOnFutex;
+    sleepers_.fetch_add(1, std::memory_order_relaxed);
+    c->sleeping.store(how, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
     struct timespec ts {
         timeout_us / 1000000, (timeout_us % 1000000) * 1000
@@ -247,7 +249,10 @@ void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm
             }
         }
     }
-    c->sleeping.store(kAwake, std::memory_order_relaxed);
+    // Another thread may still sleep (the progress thread and an application's wait): the
+    // flag stays up for it, or producers would not wake it.
+    c->sleeping.store(sleepers_.fetch_sub(1, std::memory_order_relaxed) > 1 ? how : kAwake,
+                      std::memory_order_relaxed);
 }
 
 void ShmWire::wake() {

@@ -163,8 +163,9 @@ private:
     std::atomic<int> backlog_peers_{0};
     AdoptedPages adopted_;
     WakeSocket wake_socket_;  // producers of other processes ring it
-    std::atomic<int> self_wake_fd_{
-        -1};  // an eventfd our own threads' wake() writes (other wires' watchers too)
+    std::atomic<int> sleepers_{0};  // threads in wait_for_traffic
+    // An eventfd our own threads' wake() writes (other wires' watchers too).
+    std::atomic<int> self_wake_fd_{-1};
 };
 
 }  // namespace ptl::shm
