@@ -78,7 +78,12 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
         // wake it): it stays counted as polling, and the progress thread stays parked (it
         // still makes a progress every few ms: the timers).
         const bool on_wires = cfg_.progress_thread && shm_->sleeps_on_descriptors();
-        if (!on_wires) stop_polling(true);
+        if (!on_wires) {
+            stop_polling(true);
+        } else if (!polling) {  // no spin before: the progress thread must still step aside
+            polling = true;
+            active_pollers_.fetch_add(1);
+        }
         const uint32_t seq = event_seq_.load(std::memory_order_seq_cst);
         if (on_wires) wire_waiters_.fetch_add(1, std::memory_order_seq_cst);
         sleepers_armed_.store(true, std::memory_order_seq_cst);
