@@ -85,6 +85,10 @@ void ProgressThread::poke() {
     syscall(SYS_futex, &park_word_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
+void ProgressThread::resume_if_long_parked() {
+    if (long_parked_.load(std::memory_order_seq_cst)) poke();
+}
+
 void ProgressThread::flush_by(uint64_t due_ns) {
     const uint64_t cur = flush_due_ns_.load(std::memory_order_relaxed);
     if (cur == 0 || due_ns < cur) flush_due_ns_.store(due_ns, std::memory_order_seq_cst);
@@ -144,16 +148,27 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             if (!work) sched_yield();
             continue;
         }
-        if (engine_.active_pollers_.load(std::memory_order_acquire) || recently_polled()) {
+        if (const uint32_t pollers = engine_.active_pollers_.load(std::memory_order_acquire);
+            pollers || recently_polled()) {
             // An application thread is polling the rings itself: stay out of its way (on a
             // small machine every wake-up steals its CPU) and look again later, so progress
-            // resumes soon after it stops polling without sleeping.
-            wait_unless_due([this](uint32_t v) {
+            // resumes soon after it stops polling without sleeping. Pollers that all sleep on
+            // the wires (wait_until) make progress when anything arrives and wake us when they
+            // leave (resume_if_long_parked): we look again only as often as when we sleep.
+            long park_ns = kParkNs;
+            if (pollers && engine_.wire_waiters_.load(std::memory_order_acquire) >= pollers) {
+                long_parked_.store(true, std::memory_order_seq_cst);
+                // Pairs with resume_if_long_parked: it sees the flag, or we see it gone.
+                if (engine_.wire_waiters_.load(std::memory_order_seq_cst) > 0)
+                    park_ns = std::min<long>(engine_.config().liveness_ms, 999) * 1000000;
+            }
+            wait_unless_due([park_ns, this](uint32_t v) {
                 struct timespec ts {
-                    0, kParkNs
+                    0, park_ns
                 };
                 syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
             });
+            long_parked_.store(false, std::memory_order_relaxed);
             idle = 0;
             continue;
         }

@@ -16,6 +16,8 @@ public:
     ProgressThread(Engine &e, int cpu);
     ~ProgressThread();
     void poke();  // a poller left: take over again
+    // A waiter that slept on the wires leaves: poke() if we park for long meanwhile.
+    void resume_if_long_parked();
     // Progress is due by `due_ns` (monotonic_ns) though nothing may arrive to wake us: the tcp
     // wire corked frames. Called under the engine lock.
     void flush_by(uint64_t due_ns);
@@ -32,6 +34,7 @@ private:
     std::atomic<uint32_t> park_word_{0};
     std::atomic<uint64_t> flush_due_ns_{0};  // 0: nothing due
     std::atomic<bool> waiting_{false};
+    std::atomic<bool> long_parked_{false};  // parked while every poller sleeps on the wires
     uint32_t seen_calls_ = 0;     // the engine's app_calls_ at this thread's last look
     uint64_t seen_calls_ns_ = 0;  // when that look found it changed
     std::thread thread_;

@@ -23,11 +23,13 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
     const uint64_t deadline = forever ? UINT64_MAX : start + uint64_t(timeout_ms) * 1000000ull;
     const uint64_t spin_end = start + uint64_t(cfg_.wait_spin_us) * 1000ull;
     bool polling = false;
+    bool slept_on_wires = false;
     long nic_poll_us = 20;
     // A caller that returns is likely to poll again soon (a ping-pong loop): the progress
     // thread stays parked and notices the polling has stopped by itself. Only a caller about
     // to sleep needs it awake now.
     auto stop_polling = [&](bool going_to_sleep = false) {
+        if (slept_on_wires) progress_thread_->resume_if_long_parked();
         if (polling) {
             polling = false;
             // A caller about to sleep hands progress back at once.
@@ -101,7 +103,8 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
         const auto posted = [this, seq] { return event_seq_.load(std::memory_order_seq_cst) != seq; };
         if (on_wires) {
             sleep_for_traffic(us, posted);
-            wire_waiters_.fetch_sub(1, std::memory_order_relaxed);
+            wire_waiters_.fetch_sub(1, std::memory_order_seq_cst);
+            slept_on_wires = true;
         } else if (cfg_.progress_thread) {
             futex_wait(&event_seq_, seq, us);
         } else {
