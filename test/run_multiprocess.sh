@@ -15,3 +15,8 @@ for wire in shm tcp; do
     PTL_WIRE=$wire "$ptlrun" -n $n --timeout 60 "$mp" --gtest_filter=Job.EarlyExit* --gtest_brief=1
   done
 done
+# Waits that sleep at once (no spin), woken through the wake socket (PTL_WAKE=socket, the
+# verbs wire's default) instead of the futex. (PTL_PROGRESS=manual: run_direct.sh.)
+echo "== PTL_WAKE=socket PTL_WAIT_SPIN_US=0 PTL_WIRE=tcp ptlrun -n 4 mp_tests"
+PTL_WAKE=socket PTL_WAIT_SPIN_US=0 PTL_WIRE=tcp "$ptlrun" -n 4 --timeout 120 "$mp" --gtest_filter=-Job.EarlyExit* \
+  --gtest_brief=1
