@@ -1570,7 +1570,11 @@ bool VerbsWire::post_remote(Conn &c, ibv_send_wr &wr, const RemoteCount &count, 
     e.remote = int32_t(slot);
     ibv_send_wr add{}, *bad = nullptr;
     wr.wr_id = wr_id(kRemote, c.id, take_sq(c, e));
-    wr.send_flags |= IBV_SEND_SIGNALED | (c.remote_reads ? IBV_SEND_FENCE : 0);
+    // With a count behind it only the count's completion is asked for: it retires the data's
+    // entry too (on_send_done retires in order), and a failed write still completes (in
+    // error). One completion per operation, not two: each one that finds the engine asleep
+    // costs a wake-up.
+    wr.send_flags |= (count.amount ? 0 : IBV_SEND_SIGNALED) | (c.remote_reads ? IBV_SEND_FENCE : 0);
     // The count after the data: RC executes them in order at the peer, so whoever sees the
     // count sees the data.
     ibv_sge add_sge{reinterpret_cast<uint64_t>(words_->sink), 8, words_mr_ ? words_mr_->lkey : 0};
