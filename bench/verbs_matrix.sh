@@ -162,9 +162,13 @@ row ucp "UCP tag_bw 1MiB (MB/s)" bw 100 -t tag_bw -s 1048576
 PTL_PROGRESS=manual row uct "UCT am_lat 8B, manual progress" lat 4000 -t am_lat -s 8
 PTL_PROGRESS=manual row ucp "UCP tag_lat 8B, manual progress" lat 4000 -t tag_lat -s 8
 
-# Where the time goes: user-space instructions (callgrind) and system calls (strace) of the
-# client per UCT am_lat iteration, from the difference between runs of N and 3N iterations
-# (start-up and wire-up cancel out). The kernel's own work (rxe is software) is in neither.
+# Where the time goes: user-space instructions (callgrind) and system calls (perf's count of
+# the raw_syscalls:sys_enter tracepoint; strace where perf cannot count them) of the client per
+# UCT am_lat iteration, from the difference between runs of N and 3N iterations (start-up and
+# wire-up cancel out). The kernel's own work (rxe is software) is in neither. strace slows
+# every system call so much that helper threads' timed wake-ups (a parked progress thread's
+# 5 ms) counted several times over per iteration: 0.67 futex per iteration under strace -c,
+# 0.11 under perf.
 per_iteration() { # TL TOOL: prints instructions or system calls per iteration
   local tl=$1 tool=$2 n=$((1500 / scale)) out counts=()
   for iters in "$n" $((3 * n)); do
@@ -172,11 +176,13 @@ per_iteration() { # TL TOOL: prints instructions or system calls per iteration
     case $tool in
       callgrind) PERFTEST_TOOL="valgrind --tool=callgrind --trace-children=yes --callgrind-out-file=$out/cg.%p" ;;
       strace) PERFTEST_TOOL="strace -f -c -o $out/strace.txt" ;;
+      perf) PERFTEST_TOOL="perf stat -e raw_syscalls:sys_enter -x , -o $out/perf.txt" ;;
     esac
     PERFTEST_TIMEOUT=900 PERFTEST_TOOL=$PERFTEST_TOOL pair "$tl" uct -t am_lat -s 8 -n "$iters" >/dev/null
     case $tool in
       callgrind) counts+=("$(cat "$out"/cg.* 2>/dev/null | awk '/^summary:/ {s += $2} END {print s + 0}')") ;;
       strace) counts+=("$(awk '$NF == "total" {print $(NF-2)}' "$out/strace.txt" 2>/dev/null)") ;;
+      perf) counts+=("$(awk -F, '/raw_syscalls:sys_enter/ {print $1}' "$out/perf.txt" 2>/dev/null)") ;;
     esac
     rm -rf "$out"
   done
@@ -184,19 +190,23 @@ per_iteration() { # TL TOOL: prints instructions or system calls per iteration
     if (a + 0 == 0 || b + 0 == 0) print "n/a"; else printf "%.0f\n", (b - a) / (2 * n) }'
 }
 echo
-if command -v valgrind >/dev/null && command -v strace >/dev/null; then
+syscall_tool=strace
+mountpoint -q /sys/kernel/tracing 2>/dev/null || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+perf stat -e raw_syscalls:sys_enter -o /dev/null true 2>/dev/null && syscall_tool=perf
+if command -v valgrind >/dev/null && command -v $syscall_tool >/dev/null; then
   echo "## client cost per UCT am_lat iteration (one round trip)"
   printf "%-30s %11s %11s %11s %11s\n" "" "portals" "rc_verbs" "ud_verbs" "portals"
   printf "%-30s %11s %11s %11s %11s\n" "" "verbs wire" "" "" "tcp wire"
-  for tool in callgrind strace; do
+  for tool in callgrind $syscall_tool; do
     label="instructions (callgrind)"
     [ "$tool" = strace ] && label="system calls (strace)"
+    [ "$tool" = perf ] && label="system calls (perf)"
     printf "%-30s" "$label"
     for tl in portals-verbs rc_verbs ud_verbs portals-tcp; do printf " %11s" "$(per_iteration "$tl" "$tool")"; done
     echo
   done
 else
-  echo "## (no valgrind or strace here: no instruction and system-call counts)"
+  echo "## (no valgrind, or neither perf nor strace here: no instruction and system-call counts)"
 fi
 echo
 echo "== RDMA counters per device after the run (rdma statistic)"
