@@ -24,8 +24,9 @@ export LSAN_OPTIONS=suppressions=$top/contrib/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 echo "== ASan+UBSan: make check"
 run _build-asan address,undefined sh -c 'make -j"$(nproc)" check || { "$0"/contrib/failed-test-logs.sh .; exit 1; }' "$top"
-echo "== TSan: unit tests, mp_tests over tcp, the polling test over shm"
+echo "== TSan: unit tests, mp_tests over tcp (also waking through the wake socket), the polling test over shm"
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 run _build-tsan thread sh -c 'make -j"$(nproc)" test/unit_tests test/mp_tests ptlrun >/dev/null && ./test/unit_tests --gtest_brief=1 &&
   ./ptlrun -n 3 --timeout 300 ./test/mp_tests --gtest_filter=Job.PolledEq* --gtest_brief=1 &&
-  PTL_WIRE=tcp ./ptlrun -n 2 --timeout 300 ./test/mp_tests --gtest_filter=-Job.EarlyExit* --gtest_brief=1'
+  PTL_WIRE=tcp ./ptlrun -n 2 --timeout 300 ./test/mp_tests --gtest_filter=-Job.EarlyExit* --gtest_brief=1 &&
+  PTL_WAKE=socket PTL_WAIT_SPIN_US=0 PTL_WIRE=tcp ./ptlrun -n 2 --timeout 300 ./test/mp_tests --gtest_filter=-Job.EarlyExit* --gtest_brief=1'
