@@ -482,8 +482,8 @@ private:
     std::atomic<uint32_t> event_seq_{0};
     std::atomic<bool> sleepers_armed_{false};
     std::atomic<uint32_t> active_pollers_{0};
-    std::atomic<uint32_t> wire_waiters_{
-        0};  // wait_until callers asleep on the wires (with a progress thread)
+    // wait_until callers asleep on the wires' descriptors (with a progress thread).
+    std::atomic<uint32_t> wire_waiters_{0};
     std::atomic<uint32_t> traffic_sleepers_{0};  // threads in sleep_for_traffic
     std::atomic<uint64_t> last_poll_ns_{0};
     // How many of the recent sampled app_progress calls came within PTL_BUSY_POLL_GAP_US of the

@@ -156,17 +156,20 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             // the wires (wait_until) make progress when anything arrives and wake us when they
             // leave (resume_if_long_parked): we look again only as often as when we sleep.
             long park_ns = kParkNs;
+            // Read before the flag goes up: a poke that saw the flag then ends the park even if
+            // it came before the wait began.
+            const uint32_t v0 = park_word_.load(std::memory_order_acquire);
             if (pollers && engine_.wire_waiters_.load(std::memory_order_acquire) >= pollers) {
                 long_parked_.store(true, std::memory_order_seq_cst);
                 // Pairs with resume_if_long_parked: it sees the flag, or we see it gone.
                 if (engine_.wire_waiters_.load(std::memory_order_seq_cst) > 0)
                     park_ns = std::min<long>(engine_.config().liveness_ms, 999) * 1000000;
             }
-            wait_unless_due([park_ns, this](uint32_t v) {
+            wait_unless_due([park_ns, v0, this](uint32_t) {
                 struct timespec ts {
                     0, park_ns
                 };
-                syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v, &ts, nullptr, 0);
+                syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v0, &ts, nullptr, 0);
             });
             long_parked_.store(false, std::memory_order_relaxed);
             idle = 0;

@@ -75,10 +75,11 @@ int Engine::wait_until(Lock &lk, ptl_time_t timeout_ms, Ready &&ready, Peek &&pe
             lk.lock();
             continue;
         }
-        // With a progress thread and a verbs wire the caller sleeps on the wires' descriptors
-        // itself, so a completion wakes it directly (not the progress thread, which would then
-        // wake it): it stays counted as polling, and the progress thread stays parked (it
-        // still makes a progress every few ms: the timers).
+        // Sleepers poll the wires' descriptors (PTL_WAKE; a verbs wire's default): with a
+        // progress thread the caller sleeps on them itself, so a completion wakes it directly
+        // (not the progress thread, which would then wake it). It stays counted as polling,
+        // so the progress thread stays parked, as long as it would sleep (its timers are the
+        // waiter's now), until the waiter leaves and resumes it.
         const bool on_wires = cfg_.progress_thread && shm_->sleeps_on_descriptors();
         if (!on_wires) {
             stop_polling(true);
