@@ -1,10 +1,11 @@
 // The initiator's common case, top to bottom: a PtlPut with no acknowledgement of a few
-// bytes from a contiguous MD to a process on this host, whose entry is not exported for the
-// direct path. Everything here is what send_op and the checks before it do for such a put,
-// without their generality (no iovec lists, no pending-operation record, no rendezvous choice,
-// the header written once, in the ring): what the checks find about the MD and the target is
-// kept per MD (PutRoute) and per target (PutTarget) and reused while puts go from the same MD
-// to targets it has seen.
+// bytes from a contiguous MD to a process whose entry is not exported for the direct path, on
+// this host (through its ring) or another (a message on the verbs or tcp wire). Everything
+// here is what send_op and the checks before it do for such a put, without their generality
+// (no iovec lists, no pending-operation record, no rendezvous choice, on this host the header
+// written once, in the ring): what the checks find about the MD and the target is kept per MD
+// (PutRoute) and per target (PutTarget) and reused while puts go from the same MD to targets
+// it has seen.
 // Anything else (an argument error included, to report it the usual way) is not common and
 // takes the general path.
 #include <cstring>
@@ -38,6 +39,7 @@ int Engine::common_put(const DataOpArgs &a) {
     if (a.pt_index >= r.pt_count || a.local_offset > r.md_length || a.length > r.md_length - a.local_offset ||
         a.length > r.max_length)
         return kNotCommon;
+    if (t->wire) return common_put_by_wire(a, *t);
     // The direct path's turn when the peer exports the entry this put would reach.
     direct::PeerTable *table = t->table;
     if (!table && t->table_may_appear) [[unlikely]]
@@ -65,13 +67,39 @@ int Engine::common_put(const DataOpArgs &a) {
                        });
     if (!sent) return kNotCommon;
     // No note_send_left_work: a message in the ring is what a quiet progress looks for.
-    // The data was copied into the ring: SEND now; counted inline (the usual sender's event).
+    count_common_send(a);
+    return PTL_OK;
+}
+
+// The data was copied into the ring or the wire: SEND now; counted inline (the usual sender's
+// event).
+void Engine::count_common_send(const DataOpArgs &a) {
+    const PutRoute &r = route_;
     Md *md = r.md;
     if (md->eq && r.send_event)
         post_initiator_event(md, PTL_EVENT_SEND, PTL_NI_OK, a.length, 0, 0, a.user_ptr,
                              true);  // and its count
     else if (md->ct && r.count_send)
         ct_add(md->ct, true, r.count_bytes ? a.length : 1);
+}
+
+int Engine::common_put_by_wire(const DataOpArgs &a, const PutTarget &t) {
+    const PutRoute &r = route_;
+    // The direct path's turn (an RDMA write) when the peer exported the entry.
+    if (rdma_ &&
+        remote_target(t.id, direct::entry_key(r.header.ni_index, a.pt_index, a.match_bits, r.matching)))
+        return kNotCommon;
+    proto::Header h = r.header;
+    h.pt_index = a.pt_index;
+    h.match_bits = a.match_bits;
+    h.hdr_data = a.hdr_data;
+    h.remote_offset = a.remote_offset;
+    h.length = a.length;
+    iovec data{reinterpret_cast<void *>(r.base + a.local_offset), size_t(a.length)};
+    // Refused (a peer gone, a message the wire cannot take): the general path says so.
+    if (!t.wire->send(t.id, &h, sizeof h, &data, 1)) return kNotCommon;
+    if (quiet_.load(std::memory_order_relaxed)) note_send_left_work();
+    count_common_send(a);
     return PTL_OK;
 }
 
@@ -123,20 +151,26 @@ Engine::PutTarget *Engine::set_put_target(const Ni &n, const ptl_process_t &targ
         t = PutTarget();
         t.key = key;
         t.ni_index = int(n.index);
-        // Another host's process, or ourselves: kept, so its puts go their way at once.
-        if (peer.nid != self_.nid || wire_for(peer) != shm_.get()) return nullptr;
-        shm::Peer *p = shm_->peer(peer);
-        const size_t ring_room = shm_->max_inline(peer);
-        if (!p || ring_room <= sizeof(proto::Header)) {  // looked at again: it may not be up yet
-            t.ni_index = -1;
-            return nullptr;
+        // Ourselves (the loopback wire): kept, so our puts take the general path at once.
+        Wire *w = wire_for(peer);
+        if (w == shm_.get()) {
+            shm::Peer *p = shm_->peer(peer);
+            const size_t ring_room = shm_->max_inline(peer);
+            if (!p || ring_room <= sizeof(proto::Header)) {  // looked at again: it may not be up yet
+                t.ni_index = -1;
+                return nullptr;
+            }
+            t.peer = p;
+            t.ring_room = ring_room - sizeof(proto::Header);
+            t.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
+            t.table_may_appear = !t.table && exports_;
+        } else if (w && w != loop_.get() && w->max_inline(peer) > sizeof(proto::Header)) {
+            t.wire = w;
+            t.id = peer;
+            t.ring_room = w->max_inline(peer) - sizeof(proto::Header);
         }
-        t.peer = p;
-        t.ring_room = ring_room - sizeof(proto::Header);
-        t.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
-        t.table_may_appear = !t.table && exports_;
     }
-    if (!t.peer) return nullptr;
+    if (!t.peer && !t.wire) return nullptr;
     route_.to = &t;
     route_.max_length = std::min(route_.md_max_length, t.ring_room);
     return &t;

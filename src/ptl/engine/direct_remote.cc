@@ -79,7 +79,7 @@ void Engine::add_holder(PeerId p) {
     // A new connection from `p` may be a new process at that address: what the old one
     // exported to us is forgotten (its exports come again over this connection).
     remote_peers_.erase(p);
-    last_remote_ = nullptr;
+    forget_last_remote();
     if (std::find(holders_.begin(), holders_.end(), p) == holders_.end()) {
         holders_.push_back(p);
         acks_owed_.push_back(0);
@@ -109,7 +109,7 @@ void Engine::close_remote() {
     acks_owed_.clear();
     device_atomics_on_ = false;
     remote_peers_.clear();
-    last_remote_ = nullptr;
+    forget_last_remote();
     remote_ops_.clear();
     free_remote_ops_.clear();
     if (rdma_) rdma_->set_remote_done(nullptr);
@@ -293,6 +293,7 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
     switch (h.op) {
         case proto::kExportInfo: {
             direct::RemotePeer &rp = remote_peers_[m.from];
+            if (last_remote_absent_ && last_remote_peer_ == m.from) forget_last_remote();
             const direct::EntryKey key =
                 direct::entry_key(h.ni_index, h.pt_index, h.match_bits, h.atomic_type);
             if (auto old = rp.by_slot.find(slot); old != rp.by_slot.end()) rp.by_key.erase(old->second);
@@ -300,6 +301,7 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
             if (m.payload_len >= sizeof t.info) std::memcpy(&t.info, m.payload, sizeof t.info);
             rp.by_key[key] = t;
             rp.by_slot[slot] = key;
+            rp.missed = direct::EntryKey{~0u, 0};
             break;
         }
         case proto::kRevoke: {
@@ -329,20 +331,34 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
     }
 }
 
+// What `peer` exported to us at `key`, or null. The last peer's exports are the common case
+// (one-sided traffic mostly goes to one), and so is a peer that exports nothing to us
+// (remembered as last_remote_ null, absent).
+const direct::RemoteTarget *Engine::remote_target(PeerId peer, const direct::EntryKey &key) {
+    if (!(last_remote_peer_ == peer) || (!last_remote_ && !last_remote_absent_)) {
+        const auto it = remote_peers_.find(peer);
+        last_remote_peer_ = peer;
+        last_remote_ = it == remote_peers_.end() ? nullptr : &it->second;
+        last_remote_absent_ = !last_remote_;
+    }
+    if (!last_remote_) return nullptr;
+    direct::RemotePeer &rp = *last_remote_;
+    if (key == rp.missed) return nullptr;
+    const auto it = rp.by_key.find(key);
+    if (it == rp.by_key.end()) {
+        rp.missed = key;
+        return nullptr;
+    }
+    return &it->second;
+}
+
 template <TrigKind kind>
 int Engine::try_remote_of(const DataOpArgs &a, const CheckedOp &c) {
-    // The last peer's exports are the common case (one-sided traffic mostly goes to one).
-    if (!last_remote_ || !(last_remote_peer_ == c.peer)) {
-        const auto peer = remote_peers_.find(c.peer);
-        if (peer == remote_peers_.end()) return kNotDirect;
-        last_remote_peer_ = c.peer;
-        last_remote_ = &peer->second;
-    }
-    const direct::RemotePeer &rp = *last_remote_;
     Ni *n = c.ni;
-    const auto it = rp.by_key.find(direct::entry_key(n->index, a.pt_index, a.match_bits, n->matching()));
-    if (it == rp.by_key.end()) return kNotDirect;
-    const direct::RemoteTarget &t = it->second;
+    const direct::RemoteTarget *found =
+        remote_target(c.peer, direct::entry_key(n->index, a.pt_index, a.match_bits, n->matching()));
+    if (!found) return kNotDirect;
+    const direct::RemoteTarget &t = *found;
     constexpr bool get = kind == TrigKind::Get;
     constexpr unsigned need = get ? PTL_ME_OP_GET
                               : kind == TrigKind::Put || kind == TrigKind::Atomic

@@ -274,24 +274,28 @@ private:
     // not such a put, nothing done.
     static constexpr int kNotCommon = -2;
     [[gnu::always_inline]] inline int common_put(const DataOpArgs &a);
-    // What the common put's checks found about a target on this host, kept per target so that
-    // puts alternating between targets (a SHMEM or MPI rank's neighbours) find theirs: true
-    // until the map is set, the NI closed or the wires closed (forget_put_targets). A few
-    // slots, direct-mapped by rank or process: only processes on this host take the common
-    // path, and most talk to a few at a time.
+    // What the common put's checks found about a target, kept per target so that puts
+    // alternating between targets (a SHMEM or MPI rank's neighbours) find theirs: true until
+    // the map is set, the NI closed or the wires closed (forget_put_targets). A few slots,
+    // direct-mapped by rank or process: most processes talk to a few at a time.
     struct PutTarget {
         uint64_t key = 0;   // the target's rank (logical NI) or ptl_process_t bits (physical)
         int ni_index = -1;  // -1: empty
-        shm::Peer *peer = nullptr;
+        shm::Peer *peer = nullptr;  // on this host: its ring
+        Wire *wire = nullptr;       // or else the wire that carries its messages (verbs, tcp)
+        PeerId id{};                // then: who it is
         direct::PeerTable *table = nullptr;
         bool table_may_appear = false;  // no export table of the peer's yet: look again
-        uint64_t ring_room = 0;         // the largest payload its ring takes inline
+        uint64_t ring_room = 0;         // the largest payload its ring (or wire) takes inline
         // The last portal index and match bits the table had no entry for, at its version.
         uint64_t unexported_version = ~0ull;
         uint64_t unexported_bits = 0;
         uint32_t unexported_pt = 0;
     };
     static constexpr unsigned kPutTargets = 64;
+    // The common put to another host's process (or one tcp carries): a message on its wire.
+    int common_put_by_wire(const DataOpArgs &a, const PutTarget &t);
+    void count_common_send(const DataOpArgs &a);
     // What the common put's checks found for the last MD it sent from and the target it sent
     // to: true until the MD is released (forget_put_route) or the targets are forgotten.
     struct PutRoute {
@@ -378,6 +382,7 @@ private:
     void on_direct_control(const InMessage &m, const proto::Header &h);
     template <TrigKind kind>
     int try_remote_of(const DataOpArgs &a, const CheckedOp &c);
+    const direct::RemoteTarget *remote_target(PeerId peer, const direct::EntryKey &key);
     template <TrigKind kind>
     int try_remote_atomic(const DataOpArgs &a, const CheckedOp &c, const direct::RemoteTarget &t);
     uint32_t take_remote_cookie();
@@ -535,6 +540,11 @@ private:
     std::unordered_map<PeerId, direct::RemotePeer, PeerIdHash> remote_peers_;
     PeerId last_remote_peer_{};
     direct::RemotePeer *last_remote_ = nullptr;    // remote_peers_'s node for it (nodes stay put)
+    bool last_remote_absent_ = false;              // or: it has none (last_remote_ null)
+    void forget_last_remote() {
+        last_remote_ = nullptr;
+        last_remote_absent_ = false;
+    }
     std::vector<direct::RemoteOpRef> remote_ops_;  // by the wire's cookie
     bool device_atomics_on_ = false;  // a peer may apply device atomics to our memory (enable_device_atomics)
     // Counter words peers' RDMA fetch-and-adds land in (one per CT that counts exported entries).

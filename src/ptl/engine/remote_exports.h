@@ -70,6 +70,10 @@ struct RemoteTarget {
 struct RemotePeer {
     std::unordered_map<EntryKey, RemoteTarget, EntryKeyHash> by_key;
     std::unordered_map<uint32_t, EntryKey> by_slot;
+    // The last key looked for and not found: messages to one region the peer does not export
+    // (UCT's active messages, a peer whose other regions are exported) cost no hash lookup.
+    // Only an export makes it stale; a revocation cannot.
+    EntryKey missed{~0u, 0};
 };
 
 // A one-sided operation in flight, named by its wire cookie.

@@ -267,21 +267,21 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
         explicit Sleeping(std::atomic<uint32_t> &c) : n(c) { n.fetch_add(1, std::memory_order_relaxed); }
         ~Sleeping() { n.fetch_sub(1, std::memory_order_relaxed); }
     } sleeping(traffic_sleepers_);
+    // Arming looks at the completion queue once more, which progress owns.
+    const auto arm_verbs = [this] {
+#ifdef PTL_HAVE_VERBS
+        if (!verbs_) return;
+        Lock lk(mu_);
+        verbs_->arm_wakeup();
+#endif
+    };
     if (shm_->sleeps_on_descriptors()) {
         // One poll() on every wire's descriptors: no watcher thread in between.
         pollfd also[2] = {{-1, POLLIN, 0}, {tcp_ ? tcp_->epoll_fd() : -1, POLLIN, 0}};
 #ifdef PTL_HAVE_VERBS
         if (verbs_) also[0].fd = verbs_->channel_fd();
 #endif
-        shm_->wait_for_traffic(
-            timeout_us,
-            [this] {
-#ifdef PTL_HAVE_VERBS
-                Lock lk(mu_);  // arming looks at the completion queue once more, which progress owns
-                if (verbs_) verbs_->arm_wakeup();
-#endif
-            },
-            counted, also, 2);
+        shm_->wait_for_traffic(timeout_us, arm_verbs, counted, also, 2);
         if (also[0].revents || also[1].revents) {
             Lock lk(mu_);
 #ifdef PTL_HAVE_VERBS
@@ -294,15 +294,9 @@ void Engine::sleep_for_traffic(long timeout_us, const std::function<bool()> &als
     if (tcp_)
         shm_->wait_for_traffic(
             timeout_us,
-            [this] {
+            [this, &arm_verbs] {
                 tcp_->arm_wakeup();
-#ifdef PTL_HAVE_VERBS
-                // Arming looks at the completion queue once more, which progress owns.
-                if (verbs_) {
-                    Lock lk(mu_);
-                    if (verbs_) verbs_->arm_wakeup();
-                }
-#endif
+                arm_verbs();
             },
             counted);
     else

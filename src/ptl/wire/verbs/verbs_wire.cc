@@ -117,6 +117,11 @@ bool VerbsWire::init(std::string *err) {
         return false;
     };
     if (!(channel_ = ibv_create_comp_channel(dev_->context()))) return fail_with("ibv_create_comp_channel");
+    // Whoever polls it (the watcher, or several sleepers) reads it until it is empty, and the
+    // one that finds an event taken already must not block.
+    const int flags = fcntl(channel_->fd, F_GETFL);
+    if (flags < 0 || fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        return fail_with("fcntl(O_NONBLOCK)");
     // Neither queue ever overflows: a receive completes once per buffer posted, and sends
     // are posted only within send_budget_ (a QP in error completes every send it holds).
     if (!(recv_cq_ = ibv_create_cq(dev_->context(), int(cfg_.srq_depth), nullptr, channel_, 0)))
@@ -131,7 +136,9 @@ bool VerbsWire::init(std::string *err) {
     if (!(rx_mr_ = ibv_reg_mr(dev_->pd(), rx_mem_.get(), rx_bytes, IBV_ACCESS_LOCAL_WRITE)) ||
         !(tx_mr_ = ibv_reg_mr(dev_->pd(), tx_mem_.get(), tx_bytes, IBV_ACCESS_LOCAL_WRITE)))
         return fail_with("ibv_reg_mr (receive and send buffers; see PTL_VERBS_SRQ_DEPTH)");
+    rx_batch_ = std::clamp<uint32_t>(cfg_.srq_depth / 64, 1, kMaxRxBatch);
     for (uint32_t i = 0; i < cfg_.srq_depth; ++i) post_rx(i);
+    post_unposted_rx();
     free_tx_.reserve(cfg_.tx_bufs);
     for (uint32_t i = cfg_.tx_bufs; i > 0; --i) free_tx_.push_back(i - 1);
     if ((stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) return fail_with("eventfd");
@@ -166,11 +173,8 @@ VerbsWire::~VerbsWire() {
             stderr,
             "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; %llu bytes pinned for %llu peers; "
             "%llu sends in %llu doorbells (%llu credit returns), %llu receives (%llu credit returns), %llu "
-            "progress calls, %llu arms, %llu completion events, %llu credit withholds; registration cache "
-            "%s: "
-            "%llu hits, %llu "
-            "misses, "
-            "%llu uncached, %llu invalidated, %llu evicted\n",
+            "progress calls, %llu arms, %llu completion events, %llu credit withholds; "
+            "registration cache %s: %llu hits, %llu misses, %llu uncached, %llu invalidated, %llu evicted\n",
             dev_->name().c_str(), (unsigned long long)rdma_ops_, (unsigned long long)rdma_bytes_,
             (unsigned long long)u.pinned_bytes, (unsigned long long)u.peers, (unsigned long long)k.sends,
             (unsigned long long)k.doorbells, (unsigned long long)k.credit_sends,
@@ -191,6 +195,7 @@ VerbsWire::~VerbsWire() {
     if (words_mr_) ibv_dereg_mr(words_mr_);
     by_id_.clear();
     by_qpn_.clear();
+    last_conn_ = nullptr;
     conns_.clear();
     if (srq_) ibv_destroy_srq(srq_);
     if (rx_mr_) ibv_dereg_mr(rx_mr_);
@@ -241,6 +246,7 @@ ControlMsg VerbsWire::describe(ControlKind kind, const Conn &c) const {
 // Connections
 
 VerbsWire::Conn *VerbsWire::new_conn(PeerId peer) {
+    last_conn_ = nullptr;  // it may replace the one cached
     auto c = std::make_unique<Conn>();
     c->peer = peer;
     c->id = next_id_++;
@@ -271,8 +277,9 @@ VerbsWire::Conn *VerbsWire::new_conn(PeerId peer) {
 
 // The connection a send to `to` takes, started if there is none.
 VerbsWire::Conn *VerbsWire::conn_to(PeerId to) {
+    if (last_conn_ && last_conn_->peer == to) return last_conn_;
     auto it = conns_.find(to);
-    if (it != conns_.end()) return it->second.get();
+    if (it != conns_.end()) return last_conn_ = it->second.get();
     Conn *c = new_conn(to);
     if (c->state != State::Connecting) return c;
     const ControlMsg m = describe(ControlKind::Connect, *c);
@@ -314,6 +321,7 @@ void VerbsWire::drop_conn(Conn &c) {
         }
     }
     send_budget_ += outstanding;
+    if (last_conn_ == &c) last_conn_ = nullptr;
     conns_.erase(peer);
 }
 
@@ -590,7 +598,7 @@ bool VerbsWire::send_deferrable(PeerId to, const void *header, size_t header_len
 
 bool VerbsWire::send_frame(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                            int payload_count, bool deferrable) {
-    if (dead_.count(to)) return false;
+    if (!dead_.empty() && dead_.count(to)) return false;
     Conn *c = conn_to(to);
     if (c->state == State::OverControl) return control_->send(to, header, header_len, payload, payload_count);
     if (c->state == State::Failed) return false;
@@ -771,14 +779,29 @@ void VerbsWire::drain_blocked() {
 // ---------------------------------------------------------------------------------------
 // Receiving
 
+// Buffers go back to the shared queue in chains of rx_batch_ (one post, one provider lock, for
+// them all): at most rx_batch_ - 1 of srq_depth are out of the queue meanwhile.
 void VerbsWire::post_rx(uint32_t slot) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(rx_mem_.get() + size_t(slot) * cfg_.buf_size), cfg_.buf_size,
-                rx_mr_->lkey};
-    ibv_recv_wr wr{}, *bad = nullptr;
-    wr.wr_id = wr_id(kRx, 0, slot);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    if (ibv_post_srq_recv(srq_, &wr, &bad) != 0) ++malformed_;  // cannot happen: the slot was taken
+    rx_unposted_[rx_unposted_count_++] = slot;
+    if (rx_unposted_count_ >= rx_batch_) post_unposted_rx();
+}
+
+void VerbsWire::post_unposted_rx() {
+    ibv_sge sge[kMaxRxBatch];
+    ibv_recv_wr wr[kMaxRxBatch], *bad = nullptr;
+    const uint32_t n = rx_unposted_count_;
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint32_t slot = rx_unposted_[i];
+        sge[i] = ibv_sge{reinterpret_cast<uint64_t>(rx_mem_.get() + size_t(slot) * cfg_.buf_size),
+                         cfg_.buf_size, rx_mr_->lkey};
+        wr[i] = ibv_recv_wr{};
+        wr[i].wr_id = wr_id(kRx, 0, slot);
+        wr[i].sg_list = &sge[i];
+        wr[i].num_sge = 1;
+        wr[i].next = i + 1 < n ? &wr[i + 1] : nullptr;
+    }
+    rx_unposted_count_ = 0;
+    if (n && ibv_post_srq_recv(srq_, wr, &bad) != 0) ++malformed_;  // cannot happen: the slots were taken
 }
 
 // Returned in quarters of the peer's credits when we have nothing to send it (each send
@@ -889,8 +912,7 @@ void VerbsWire::return_owed_credits() {
 // its bytes were handled (or copied into a partial message) before.
 int VerbsWire::handle_recv(const ibv_wc &wc, const MessageHandler &handler) {
     const uint32_t slot = seq_of(wc.wr_id);
-    auto it = by_qpn_.find(wc.qp_num);
-    Conn *c = it == by_qpn_.end() ? nullptr : it->second;
+    Conn *c = conn_by_qpn(wc.qp_num);
     if (wc.status != IBV_WC_SUCCESS) {
         // A QP in error hands back the receive it had started; the peer is gone for us.
         if (c && wc.status != IBV_WC_WR_FLUSH_ERR) fail(*c);
@@ -923,9 +945,9 @@ void VerbsWire::stash_recv(const ibv_wc *wc, int n) {
     for (int i = 0; i < n; ++i) {
         stashed_.push_back(wc[i]);
         if (wc[i].status != IBV_WC_SUCCESS) continue;
-        auto it = by_qpn_.find(wc[i].qp_num);
-        if (it == by_qpn_.end()) continue;
-        Conn &c = *it->second;
+        Conn *found = conn_by_qpn(wc[i].qp_num);
+        if (!found) continue;
+        Conn &c = *found;
         if (c.state == State::Accepted) promote(c);
         if (!(wc[i].wc_flags & IBV_WC_WITH_IMM)) continue;                   // a close message: no credits
         if (c.state != State::Ready && c.state != State::Closing) continue;  // Closing: a refusal may follow
@@ -996,7 +1018,7 @@ int VerbsWire::poll_sends() {
         if (n < kPollBatch) break;
     }
     if (total && !blocked_.empty()) drain_blocked();
-    if (!in_bulk_) report_remote();
+    if (!in_bulk_ && !remote_results_.empty()) report_remote();
     return total;
 }
 
@@ -1710,22 +1732,22 @@ void VerbsWire::arm_wakeup() {
 }
 
 void VerbsWire::leave_channel_to_sleepers() {
-    // Several sleepers may poll it: the one that finds the event gone must not block.
-    const int flags = fcntl(channel_->fd, F_GETFL);
-    if (flags >= 0) fcntl(channel_->fd, F_SETFL, flags | O_NONBLOCK);
     channel_to_sleepers_.store(true, std::memory_order_release);
     const uint64_t one = 1;  // the watcher polls again, without the channel
     if (write(stop_fd_, &one, sizeof one) < 0) {
     }
 }
 
-void VerbsWire::take_channel_events() {
+bool VerbsWire::take_channel_events() {
     ibv_cq *cq;
     void *ctx;
+    bool any = false;
     while (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
         channel_events_.fetch_add(1, std::memory_order_relaxed);
         ibv_ack_cq_events(cq, 1);
+        any = true;
     }
+    return any;
 }
 
 // Also reads the device's asynchronous events (a QP broken, a port down or up, the device
@@ -1765,15 +1787,7 @@ void VerbsWire::watch() {
                 wake_();
             }
         }
-        if (fds[0].fd >= 0 && (fds[0].revents & POLLIN)) {
-            ibv_cq *cq;
-            void *ctx;
-            if (ibv_get_cq_event(channel_, &cq, &ctx) == 0) {
-                channel_events_.fetch_add(1, std::memory_order_relaxed);
-                ibv_ack_cq_events(cq, 1);
-                wake_();
-            }
-        }
+        if (fds[0].fd >= 0 && (fds[0].revents & POLLIN) && take_channel_events()) wake_();
     }
 }
 

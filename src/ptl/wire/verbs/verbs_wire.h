@@ -134,7 +134,8 @@ public:
     // they arm_wakeup(), poll channel_fd() and take_channel_events() once it is readable.
     void leave_channel_to_sleepers();
     int channel_fd() const { return channel_->fd; }
-    void take_channel_events();
+    // Reads (and acknowledges) the channel's events until none is left; true if there were.
+    bool take_channel_events();
     uint64_t take_malformed();
     const std::string &device_name() const { return dev_->name(); }
     VerbsUsage usage() const;
@@ -212,6 +213,13 @@ private:
         : self_(self), cfg_(cfg), control_(control) {}
     bool init(std::string *err);
     Conn *conn_to(PeerId to);
+    // The connection a completion came by. Both conn_to and this look at the last one first
+    // (last_conn_): traffic mostly goes to and comes from one peer at a time.
+    Conn *conn_by_qpn(uint32_t qpn) {
+        if (last_conn_ && last_conn_->qp && last_conn_->qp->qp_num == qpn) return last_conn_;
+        const auto it = by_qpn_.find(qpn);
+        return it == by_qpn_.end() ? nullptr : (last_conn_ = it->second);
+    }
     Conn *new_conn(PeerId peer);
     void drop_conn(Conn &c);
     bool make_ready(Conn &c, const ControlMsg &m, bool accepting, std::string *err);
@@ -241,6 +249,7 @@ private:
     // Takes the next send-queue entry of `c` for `e`; returns its sequence number.
     uint32_t take_sq(Conn &c, const SqEntry &e);
     void post_rx(uint32_t slot);
+    void post_unposted_rx();
     void return_credits(Conn &c, bool now = false, bool signal = false);
     void reclaim_send_queue();
     void return_owed_credits();
@@ -296,6 +305,11 @@ private:
     std::unordered_map<PeerId, std::unique_ptr<Conn>, PeerIdHash> conns_;
     std::unordered_map<uint32_t, Conn *> by_id_;
     std::unordered_map<uint32_t, Conn *> by_qpn_;
+    Conn *last_conn_ = nullptr;  // of conns_, or null
+    static constexpr uint32_t kMaxRxBatch = 16;
+    uint32_t rx_batch_ = 1;
+    uint32_t rx_unposted_[kMaxRxBatch];
+    uint32_t rx_unposted_count_ = 0;
     std::unordered_set<PeerId, PeerIdHash> dead_;
     uint32_t next_id_ = 1;
     uint32_t epoch_seed_ = 0;
