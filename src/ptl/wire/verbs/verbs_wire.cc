@@ -729,6 +729,16 @@ bool VerbsWire::post_held(Conn &c) {
     return ibv_post_send(c.qp, c.held_wr, &bad) == 0;
 }
 
+// The lists below are swapped out to be walked (what they call may queue more); the walked
+// list's buffer goes back when nothing was queued meanwhile: a swap per message was a malloc
+// and a free per message.
+template <typename T>
+static void give_back_capacity(std::vector<T> &queue, std::vector<T> &walked) {
+    if (!queue.empty()) return;
+    walked.clear();
+    queue.swap(walked);
+}
+
 void VerbsWire::flush_corked() {
     std::vector<Conn *> list;
     list.swap(corked_);
@@ -736,6 +746,7 @@ void VerbsWire::flush_corked() {
         c->corked = false;
         if (c->state == State::Ready && !post_held(*c)) fail(*c);
     }
+    give_back_capacity(corked_, list);
 }
 
 void VerbsWire::drain(Conn &c) {
@@ -774,6 +785,7 @@ void VerbsWire::drain_blocked() {
         c->blocked = false;
         if (c->state == State::Ready) drain(*c);
     }
+    give_back_capacity(blocked_, list);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -906,6 +918,7 @@ void VerbsWire::return_owed_credits() {
         if (owed()) return_credits(*c, true);
         if (owed() && c->state == State::Ready && !c->withheld) owe(*c);  // no room: at the next progress
     }
+    give_back_capacity(owing_, list);
 }
 
 // A receive from the SRQ: the QP it came by names the peer. The buffer goes back at once;
@@ -1028,6 +1041,7 @@ void VerbsWire::report_remote() {
     list.swap(remote_results_);
     for (const RemoteResult &r : list)
         if (remote_done_) remote_done_(r.cookie, r.ok, r.fetched);
+    give_back_capacity(remote_results_, list);
 }
 
 // Receive completions are handled in the order the CQ gave them (messages of one connection
@@ -1441,6 +1455,7 @@ void VerbsWire::report_bulk() {
     list.swap(bulk_results_);
     for (const BulkResult &r : list)
         if (bulk_done_) bulk_done_(r.cookie, r.ok);
+    give_back_capacity(bulk_results_, list);
 }
 
 // One-sided access
