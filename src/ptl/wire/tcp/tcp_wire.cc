@@ -581,7 +581,9 @@ int TcpWire::progress(const MessageHandler &handler) {
 int TcpWire::progress(const MessageHandler &handler, uint64_t now_ns) {
     if (!corked_.empty()) flush_deferred();
     if (conns_.empty() || (setup_only_ && last_poll_idle_)) {  // only idle polls are rationed
-        if (now_ns - last_idle_poll_ns_ < (setup_only_ ? idle_poll_ns_ : TcpWire::kIdlePollNs)) return 0;
+        // Callers' clocks differ (the engine's coarse one lags a fresh reading): one behind the
+        // last look is not due either, where the unsigned difference made it due at every poll.
+        if (now_ns < last_idle_poll_ns_ + (setup_only_ ? idle_poll_ns_ : TcpWire::kIdlePollNs)) return 0;
         last_idle_poll_ns_ = now_ns;
     }
     epoll_event evs[64];
