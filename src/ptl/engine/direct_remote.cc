@@ -240,7 +240,9 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait)
     }
     // Messages other than the answers wait in held_ meanwhile (handle_message): we are inside
     // an API call or a delivery, and they go on in order at the next progress.
-    const uint64_t deadline = monotonic_ns() + uint64_t(cfg_.direct_revoke_ms) * 1000000ull;
+    const uint64_t started = monotonic_ns();
+    const uint64_t deadline = started + uint64_t(cfg_.direct_revoke_ms) * 1000000ull;
+    uint64_t turns = 0;
     revoking_ = true;
     while (wait) {
         bool owed = false;
@@ -262,8 +264,12 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait)
         // whole bound.
         if (tcp_) tcp_->progress(tcp_deliver_, monotonic_ns());
         sched_yield();
+        ++turns;
     }
     revoking_ = false;
+    PTL_TRACE(trace_.get(), "revocation of %zu export(s) from %zu holder(s): %llu turns, %llu us",
+              slots.size(), holders_.size(), (unsigned long long)turns,
+              (unsigned long long)(monotonic_ns() - started) / 1000);
     for (uint32_t s : slots) {
         direct::RemoteExport &x = remote_exports_[s];
         rdma_->remote_deregister(x.handle);

@@ -174,16 +174,17 @@ VerbsWire::~VerbsWire() {
             "portals: verbs wire on %s: %llu RDMA transfers, %llu bytes; %llu bytes pinned for %llu peers; "
             "%llu sends in %llu doorbells (%llu credit returns), %llu receives (%llu credit returns), %llu "
             "progress calls, %llu arms, %llu completion events, %llu credit withholds; "
+            "at exit %d connecting, %u accepting, %u over tcp; "
             "registration cache %s: %llu hits, %llu misses, %llu uncached, %llu invalidated, %llu evicted\n",
             dev_->name().c_str(), (unsigned long long)rdma_ops_, (unsigned long long)rdma_bytes_,
             (unsigned long long)u.pinned_bytes, (unsigned long long)u.peers, (unsigned long long)k.sends,
             (unsigned long long)k.doorbells, (unsigned long long)k.credit_sends,
             (unsigned long long)k.receives, (unsigned long long)k.credit_receives,
             (unsigned long long)k.progress, (unsigned long long)k.arms,
-            (unsigned long long)channel_events_.load(), (unsigned long long)k.withholds,
-            cache_->caching() ? "on" : "off", (unsigned long long)st.hits, (unsigned long long)st.misses,
-            (unsigned long long)st.uncached, (unsigned long long)st.invalidated,
-            (unsigned long long)st.evicted);
+            (unsigned long long)channel_events_.load(), (unsigned long long)k.withholds, connecting_,
+            accepting_, over_control_, cache_->caching() ? "on" : "off", (unsigned long long)st.hits,
+            (unsigned long long)st.misses, (unsigned long long)st.uncached,
+            (unsigned long long)st.invalidated, (unsigned long long)st.evicted);
     }
     for (Export *e : exports_) delete e;
     exports_.clear();
