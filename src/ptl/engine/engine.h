@@ -187,7 +187,9 @@ private:
     void note_quiet();
     // After a data operation: what a send can leave for a progress ends quiet_.
     void note_send_left_work();
-    int app_progress_locked();
+    // entered_ns: when a sampled call was made, read before the lock (app_entry_stamp), or 0.
+    int app_progress_locked(uint64_t entered_ns = 0);
+    uint64_t app_entry_stamp() const;
     int take_events(Eq *e, ptl_event_t *evs, unsigned max, unsigned *taken);
     int pop_event(Eq *e, ptl_event_t *ev);  // the application reads one event (take_events: many)
     void note_unlink_read(Eq *e, const ptl_event_t &ev);

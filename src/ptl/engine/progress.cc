@@ -42,11 +42,6 @@ int Engine::progress() {
     return progress_locked();
 }
 
-int Engine::app_progress() {
-    Lock lk(mu_);
-    return app_progress_locked();
-}
-
 namespace {
 
 // app_progress_locked samples the clock on one call in kAppSampleCalls; the call before notes
@@ -54,6 +49,16 @@ namespace {
 constexpr uint32_t kAppSampleCalls = 16;
 
 }  // namespace
+
+uint64_t Engine::app_entry_stamp() const {
+    return (app_calls_.load(std::memory_order_relaxed) + 1) % kAppSampleCalls == 0 ? monotonic_ns() : 0;
+}
+
+int Engine::app_progress() {
+    const uint64_t entered = app_entry_stamp();
+    Lock lk(mu_);
+    return app_progress_locked(entered);
+}
 
 // One lock for a poll and the events it produced: a UCT progress call made two round trips
 // through the engine lock (and two handle checks) for what is one step to its caller.
@@ -72,16 +77,17 @@ int Engine::app_progress_take(ptl_handle_eq_t h, ptl_event_t *evs, unsigned max,
         if (taken) *taken = 0;
         return PTL_EQ_EMPTY;
     }
+    const uint64_t entered = turn == 0 ? monotonic_ns() : 0;
     Lock lk(mu_);
     Eq *e = eq_of(h);
     if (!e || !evs || max == 0) return PTL_ARG_INVALID;
-    app_progress_locked();
+    app_progress_locked(entered);
     const int rc = take_events(e, evs, max, taken);
     empty_eqs_.note(h, e->count == 0, event_seq_.load(std::memory_order_relaxed));
     return rc;
 }
 
-int Engine::app_progress_locked() {
+int Engine::app_progress_locked(uint64_t entered_ns) {
     // The progress thread stays out of the way only of an application that polls
     // continuously; one that calls in now and then (a server checking its socket every
     // millisecond) must not hold up the peers it serves. What tells them apart is the time
@@ -91,14 +97,18 @@ int Engine::app_progress_locked() {
     // had the progress thread compete for the CPU and the lock with an application that never
     // stopped calling in (UCT am_bw over verbs: a context switch per message). Sampled every
     // kAppSampleCalls polls (the clock costs as much as a poll): from the poll before a
-    // sampled one, every API call notes when it returned (finish_call).
+    // sampled one, every API call notes when it returned (finish_call). The sampled call's
+    // time away ends when it called (`entered_ns`, read before the lock), not when it got the
+    // lock: a wait for the progress thread counted as time away had the thread judge the
+    // application gone and compete harder (put_bw over verbs locked into that mode).
     const uint32_t calls = app_calls_.load(std::memory_order_relaxed) + 1;
     app_calls_.store(calls, std::memory_order_relaxed);
     const uint32_t turn = calls % kAppSampleCalls;
     if (turn == 0) {
         stamp_returns_ = false;
         const uint64_t t = monotonic_ns();
-        const uint64_t away = t > app_returned_ns_ ? t - app_returned_ns_ : 0;
+        const uint64_t came = entered_ns && entered_ns <= t ? entered_ns : t;
+        const uint64_t away = came > app_returned_ns_ ? came - app_returned_ns_ : 0;
         last_poll_ns_.store(t, std::memory_order_relaxed);
         const uint32_t share = app_short_polls_.load(std::memory_order_relaxed);
         const bool short_gap = away < uint64_t(cfg_.busy_poll_gap_us) * 1000;

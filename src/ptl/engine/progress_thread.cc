@@ -120,13 +120,62 @@ void ProgressThread::wait_unless_due(Wait &&wait) {
 void ProgressThread::run(int cpu, int caller_cpu) {
     pthread_setname_np(pthread_self(), "ptl-progress");
     place(cpu, caller_cpu);
+    // An application thread is polling the rings itself: stay out of its way (on a small
+    // machine every wake-up steals its CPU) and look again later, so progress resumes soon
+    // after it stops polling without sleeping. Pollers that all sleep on the wires
+    // (wait_until) make progress when anything arrives and wake us when they leave
+    // (resume_if_long_parked): we look again only as often as when we sleep.
+    auto park = [this](uint32_t pollers) {
+        long park_ns = kParkNs;
+        // Read before the flag goes up: a poke that saw the flag then ends the park even if
+        // it came before the wait began.
+        const uint32_t v0 = park_word_.load(std::memory_order_acquire);
+        if (pollers && engine_.wire_waiters_.load(std::memory_order_acquire) >= pollers) {
+            long_parked_.store(true, std::memory_order_seq_cst);
+            // Pairs with resume_if_long_parked: it sees the flag, or we see it gone.
+            if (engine_.wire_waiters_.load(std::memory_order_seq_cst) > 0)
+                park_ns = std::min<long>(engine_.config().liveness_ms, 999) * 1000000;
+        }
+        wait_unless_due([park_ns, v0, this](uint32_t) {
+            struct timespec ts {
+                0, park_ns
+            };
+            syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v0, &ts, nullptr, 0);
+        });
+        long_parked_.store(false, std::memory_order_relaxed);
+    };
     int idle = 0;
+    bool parked = false;
     while (!stop_.load(std::memory_order_acquire)) {
         int work;
         bool backlog, held;
+        bool locked = false;
+        if (flush_due_ns_.load(std::memory_order_relaxed) == 0) {
+            locked = engine_.mu_.try_lock();
+            // The application is inside the engine and has polled since our last look (or we
+            // parked for it): it makes progress as it goes. Park rather than queue behind it:
+            // queueing made its unlock a wake-up system call and us a thread to schedule
+            // beside it, and on a small machine the time that took from its polls made it
+            // look gone, so we competed harder (put_bw over verbs, where an RDMA write's
+            // doorbell holds the lock for a millisecond under emulation). One that calls in
+            // now and then is rarely inside when we look.
+            if (const uint32_t calls = engine_.app_calls_.load(std::memory_order_relaxed);
+                !locked && (parked || calls != seen_calls_)) {
+                if (calls != seen_calls_) {
+                    seen_calls_ = calls;
+                    seen_calls_ns_ = monotonic_ns();
+                }
+                park(engine_.active_pollers_.load(std::memory_order_acquire));
+                parked = true;
+                continue;
+            }
+        }
+        parked = false;
         flush_due_ns_.store(0, std::memory_order_relaxed);  // this progress flushes what is corked
         {
-            std::lock_guard<FutexMutex> g(engine_.mu_);
+            std::unique_lock<FutexMutex> g = locked
+                                                 ? std::unique_lock<FutexMutex>(engine_.mu_, std::adopt_lock)
+                                                 : std::unique_lock<FutexMutex>(engine_.mu_);
             work = engine_.progress_locked(monotonic_ns());
             backlog =
                 (engine_.shm_ && engine_.shm_->has_backlog()) || (engine_.loop_ && engine_.loop_->pending());
@@ -150,28 +199,8 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         }
         if (const uint32_t pollers = engine_.active_pollers_.load(std::memory_order_acquire);
             pollers || recently_polled()) {
-            // An application thread is polling the rings itself: stay out of its way (on a
-            // small machine every wake-up steals its CPU) and look again later, so progress
-            // resumes soon after it stops polling without sleeping. Pollers that all sleep on
-            // the wires (wait_until) make progress when anything arrives and wake us when they
-            // leave (resume_if_long_parked): we look again only as often as when we sleep.
-            long park_ns = kParkNs;
-            // Read before the flag goes up: a poke that saw the flag then ends the park even if
-            // it came before the wait began.
-            const uint32_t v0 = park_word_.load(std::memory_order_acquire);
-            if (pollers && engine_.wire_waiters_.load(std::memory_order_acquire) >= pollers) {
-                long_parked_.store(true, std::memory_order_seq_cst);
-                // Pairs with resume_if_long_parked: it sees the flag, or we see it gone.
-                if (engine_.wire_waiters_.load(std::memory_order_seq_cst) > 0)
-                    park_ns = std::min<long>(engine_.config().liveness_ms, 999) * 1000000;
-            }
-            wait_unless_due([park_ns, v0, this](uint32_t) {
-                struct timespec ts {
-                    0, park_ns
-                };
-                syscall(SYS_futex, &park_word_, FUTEX_WAIT_PRIVATE, v0, &ts, nullptr, 0);
-            });
-            long_parked_.store(false, std::memory_order_relaxed);
+            park(pollers);
+            parked = true;
             idle = 0;
             continue;
         }
