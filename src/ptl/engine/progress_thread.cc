@@ -145,32 +145,29 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         long_parked_.store(false, std::memory_order_relaxed);
     };
     int idle = 0;
-    bool parked = false;
     while (!stop_.load(std::memory_order_acquire)) {
         int work;
         bool backlog, held;
         bool locked = false;
         if (flush_due_ns_.load(std::memory_order_relaxed) == 0) {
             locked = engine_.mu_.try_lock();
-            // The application is inside the engine and has polled since our last look (or we
-            // parked for it): it makes progress as it goes. Park rather than queue behind it:
+            // The application is inside the engine and has polled since our last look: it
+            // makes progress as it goes. Park rather than queue behind it:
             // queueing made its unlock a wake-up system call and us a thread to schedule
             // beside it, and on a small machine the time that took from its polls made it
             // look gone, so we competed harder (put_bw over verbs, where an RDMA write's
             // doorbell holds the lock for a millisecond under emulation). One that calls in
             // now and then is rarely inside when we look.
             if (const uint32_t calls = engine_.app_calls_.load(std::memory_order_relaxed);
-                !locked && (parked || calls != seen_calls_)) {
-                if (calls != seen_calls_) {
-                    seen_calls_ = calls;
-                    seen_calls_ns_ = monotonic_ns();
-                }
+                !locked && calls != seen_calls_) {
+                // Not after a park alone: a sender that only puts is inside most of the time,
+                // and its backlog and incoming credits are ours to progress.
+                seen_calls_ = calls;
+                seen_calls_ns_ = monotonic_ns();
                 park(engine_.active_pollers_.load(std::memory_order_acquire));
-                parked = true;
                 continue;
             }
         }
-        parked = false;
         flush_due_ns_.store(0, std::memory_order_relaxed);  // this progress flushes what is corked
         {
             std::unique_lock<FutexMutex> g = locked
@@ -200,7 +197,6 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         if (const uint32_t pollers = engine_.active_pollers_.load(std::memory_order_acquire);
             pollers || recently_polled()) {
             park(pollers);
-            parked = true;
             idle = 0;
             continue;
         }
