@@ -106,9 +106,8 @@ int Engine::app_progress_locked(uint64_t entered_ns) {
     const uint32_t turn = calls % kAppSampleCalls;
     if (turn == 0) {
         stamp_returns_ = false;
-        const uint64_t t = monotonic_ns();
-        const uint64_t came = entered_ns && entered_ns <= t ? entered_ns : t;
-        const uint64_t away = came > app_returned_ns_ ? came - app_returned_ns_ : 0;
+        const uint64_t t = entered_ns ? entered_ns : monotonic_ns();
+        const uint64_t away = t > app_returned_ns_ ? t - app_returned_ns_ : 0;
         last_poll_ns_.store(t, std::memory_order_relaxed);
         const uint32_t share = app_short_polls_.load(std::memory_order_relaxed);
         const bool short_gap = away < uint64_t(cfg_.busy_poll_gap_us) * 1000;
