@@ -736,3 +736,33 @@ TEST_F(Direct, F1_AnAccessWithARevokedKeyFailsAndCostsTheConnection) {
     ASSERT_EQ(ptlrt_barrier(), 0);
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }
+
+// Over RDMA (remote_exports.h): a holder that closed its last NI sent kReleased on the way out;
+// the owner's revocation then waits for nobody. Before, it waited out PTL_DIRECT_REVOKE_MS (a
+// closed holder answers nothing, and its QP only fails after 7 ACK timeouts), spinning a CPU at
+// every teardown where the peer had gone first. On shm there are no holders: skipped.
+TEST_F(Direct, U4_ARevocationDoesNotWaitForAHolderThatClosed) {
+    const char *direct = std::getenv("PTL_DIRECT");
+    if (!std::getenv("PTL_VERBS_DEVICE") || (direct && std::strcmp(direct, "0") == 0))
+        GTEST_SKIP() << "the direct path over verbs only";
+    const char *bound_env = std::getenv("PTL_DIRECT_REVOKE_MS");
+    const long bound_ms = bound_env ? std::atol(bound_env) : 2000;
+    if (me_) {
+        ptl_handle_le_t le = append_heap();
+        ASSERT_NO_FATAL_FAILURE(meet());  // the initiator holds our export
+        ASSERT_EQ(ptlrt_barrier(), 0);    // ... and has closed
+        const auto start = std::chrono::steady_clock::now();
+        ASSERT_EQ(PtlLEUnlink(le), PTL_OK);
+        const long took_ms = long(
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
+                .count());
+        EXPECT_LT(took_ms, bound_ms / 2) << "the revocation waited for a holder that had closed";
+        return;
+    }
+    ASSERT_NO_FATAL_FAILURE(meet());
+    ASSERT_EQ(PtlNIFini(ni_), PTL_OK);  // the last NI: the engine's RDMA side closes
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ASSERT_EQ(PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_NO_MATCHING | PTL_NI_LOGICAL, PTL_PID_ANY, nullptr, nullptr,
+                        &ni_),
+              PTL_OK);  // for TearDown
+}

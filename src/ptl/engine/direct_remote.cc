@@ -15,8 +15,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "../util/clock.h"
 #include "../wire/tcp/tcp_wire.h"
@@ -31,11 +33,13 @@ namespace ptl {
 
 namespace {
 
+constexpr uint64_t kRevokeSpinNs = 1000000;
+
 bool is_direct_control(const InMessage &m) {
     proto::Header h;
     if (m.header_len != sizeof h) return false;
     std::memcpy(&h, m.header, sizeof h);
-    return h.op >= proto::kExportInfo && h.op <= proto::kRevoked;
+    return h.op >= proto::kExportInfo && h.op <= proto::kReleased;
 }
 
 }  // namespace
@@ -94,6 +98,12 @@ void Engine::add_holder(PeerId p) {
 }
 
 void Engine::close_remote() {
+    // Behind every RDMA operation we posted to them, as kRevoked is; best effort: a wire torn
+    // down right after may lose it, and then their revocations wait for the wire's verdict.
+    proto::Header bye{};
+    bye.op = proto::kReleased;
+    for (const PeerId &h : holders_)
+        if (!peer_gone(h)) send(h, bye, nullptr, 0);
     for (direct::RemoteExport &x : remote_exports_) {
         if (!x.entry) continue;
         rdma_->remote_deregister(x.handle);
@@ -251,7 +261,8 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait)
             owed = owed || acks_owed_[i];
         }
         if (!owed) break;
-        if (monotonic_ns() > deadline) {
+        const uint64_t now = monotonic_ns();
+        if (now > deadline) {
             std::fprintf(stderr,
                          "portals: a peer holding our RDMA exports did not answer their revocation within "
                          "PTL_DIRECT_REVOKE_MS=%ld; its next access there fails\n",
@@ -262,8 +273,13 @@ void Engine::revoke_remote(const Entry *const *entries, size_t count, bool wait)
         // A holder's death shows on the tcp wire (its connection, or the probe peer_gone
         // started): read it, or a process tearing down after its peer exited waits out the
         // whole bound.
-        if (tcp_) tcp_->progress(tcp_deliver_, monotonic_ns());
-        sched_yield();
+        if (tcp_) tcp_->progress(tcp_deliver_, now);
+        // An answer takes a round trip; a holder silent for a millisecond is busy or gone (the
+        // wire's verdict on a dead one can take seconds): stop taking a CPU from the rest.
+        if (now - started < kRevokeSpinNs)
+            sched_yield();
+        else
+            std::this_thread::sleep_for(std::chrono::microseconds(100));
         ++turns;
     }
     revoking_ = false;
@@ -324,6 +340,17 @@ void Engine::on_direct_control(const InMessage &m, const proto::Header &h) {
             r.op_id = h.op_id;
             r.hdr_data = h.hdr_data;
             send(m.from, r, nullptr, 0);
+            break;
+        }
+        case proto::kReleased: {
+            remote_peers_.erase(m.from);
+            forget_last_remote();
+            const auto it = std::find(holders_.begin(), holders_.end(), m.from);
+            if (it == holders_.end()) break;
+            // A wait in revoke_remote reads both afresh after each progress.
+            acks_owed_.erase(acks_owed_.begin() + (it - holders_.begin()));
+            holders_.erase(it);
+            PTL_TRACE(trace_.get(), "0x%x:%u released our RDMA exports (closed)", m.from.nid, m.from.pid);
             break;
         }
         case proto::kRevoked: {

@@ -20,12 +20,13 @@ enum Op : uint8_t {
     kExportInfo = 8,  // one exported entry (fields below)
     kRevoke = 9,      // forget an exported entry; answer kRevoked once nothing of ours is in flight
     kRevoked = 10,
-    kOpLast = 10,
+    kReleased = 11,  // the sender closed its RDMA side: it holds none of ours, exports none to us
+    kOpLast = 11,
 };
 
 inline const char *op_name(uint8_t op) {
     static const char *const names[] = {"?",   "put",   "get",         "atomic", "fetch-atomic", "swap",
-                                        "ack", "reply", "export-info", "revoke", "revoked"};
+                                        "ack", "reply", "export-info", "revoke", "revoked",      "released"};
     return op <= kOpLast ? names[op] : "?";
 }
 

@@ -13,6 +13,9 @@
 // which no access can land. A holder too slow to answer in time meets a bad key on its next
 // operation there, which costs it the connection (the wire reports the peer failed). Closing an
 // NI does not wait: nothing may reach a closed NI, and its holders are usually closing too.
+// An engine closing its RDMA side sends kReleased to every holder: from then on it reaches
+// none of their memory, so their revocations need not wait for it (a peer that has exited
+// answers nothing, and the wait would last until the wire declared it dead).
 //
 // Atomics: where the device does atomics, an entry's memory is registered for them too and
 // its kExportInfo says so; holders then apply 8-byte integer sums, differences and

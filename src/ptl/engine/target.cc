@@ -278,7 +278,7 @@ void Engine::process_message(const InMessage &m) {
         return;
     }
     std::memcpy(&h, m.header, sizeof h);
-    if (h.op >= proto::kExportInfo && h.op <= proto::kRevoked && h.ni_index < 4) [[unlikely]] {
+    if (h.op >= proto::kExportInfo && h.op <= proto::kReleased && h.ni_index < 4) [[unlikely]] {
         on_direct_control(m, h);  // between engines, for no NI in particular
         return;
     }
