@@ -164,10 +164,11 @@ Engine::PutTarget *Engine::set_put_target(const Ni &n, const ptl_process_t &targ
             t.ring_room = ring_room - sizeof(proto::Header);
             t.table = last_table_ && last_table_peer_ == peer ? last_table_ : peer_table(peer);
             t.table_may_appear = !t.table && exports_;
-        } else if (w && w != loop_.get() && w->max_inline(peer) > sizeof(proto::Header)) {
+        } else if (const size_t room = w && w != loop_.get() ? w->max_inline(peer) : 0;
+                   room > sizeof(proto::Header)) {
             t.wire = w;
             t.id = peer;
-            t.ring_room = w->max_inline(peer) - sizeof(proto::Header);
+            t.ring_room = room - sizeof(proto::Header);
         }
     }
     if (!t.peer && !t.wire) return nullptr;

@@ -35,6 +35,7 @@ constexpr uint32_t kBulkWindow = 16;     // RDMA reads/writes of one transfer in
 constexpr size_t kBulkChunk = 1u << 20;  // bytes per RDMA work request
 constexpr uint32_t kRemoteWindow = 16;   // one-sided operations in flight per connection
 constexpr size_t kRemoteMax = 1u << 30;  // bytes of one one-sided operation
+constexpr uint32_t kQuietSendPolls = 64;  // see signaled_out_
 constexpr uint32_t kSignalEvery = 16;    // a send in this many asks for a completion at least
 
 // A send's immediate data: the count of the peer's buffers we consumed, and whether our
@@ -683,7 +684,7 @@ bool VerbsWire::send_inline(Conn &c, const void *header, size_t header_len, cons
     --c.credits;
     ++counters_.doorbells;
     ++counters_.sends;
-    if (ibv_post_send(c.qp, &wr, &bad) == 0) return true;
+    if (post_send(c.qp, &wr, &bad) == 0) return true;
     fail(c);
     return false;
 }
@@ -727,7 +728,7 @@ bool VerbsWire::post_held(Conn &c) {
     counters_.sends += uint64_t(c.held);
     ++counters_.doorbells;
     c.held = 0;
-    return ibv_post_send(c.qp, c.held_wr, &bad) == 0;
+    return post_send(c.qp, c.held_wr, &bad) == 0;
 }
 
 // The lists below are swapped out to be walked (what they call may queue more); the walked
@@ -840,7 +841,7 @@ void VerbsWire::return_credits(Conn &c, bool now, bool signal) {
     wr.wr_id = wr_id(kSend, c.id, take_sq(c, SqEntry{}));
     ++counters_.doorbells;
     ++counters_.credit_sends;
-    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+    if (post_send(c.qp, &wr, &bad) != 0) {
         fail(c);
         return;
     }
@@ -1023,14 +1024,28 @@ void VerbsWire::on_send_done(const ibv_wc &wc) {
         closed_.push_back(c.id);  // the peer has our last message: the QP goes (reap_closed)
 }
 
-int VerbsWire::poll_sends() {
+int VerbsWire::post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad) {
+    *bad = nullptr;
+    const int rc = ibv_post_send(qp, wr, bad);
+    for (const ibv_send_wr *w = wr; w && w != *bad; w = w->next)
+        if (w->send_flags & IBV_SEND_SIGNALED) ++signaled_out_;
+    return rc;
+}
+
+// An empty poll of the send CQ is most of an idle progress call's device work, and a
+// latency-bound exchange (one message each way) finds it empty nearly every time.
+int VerbsWire::poll_sends(bool always) {
+    if (signaled_out_ == 0 && !always && ++quiet_send_polls_ < kQuietSendPolls) return 0;
+    quiet_send_polls_ = 0;
     ibv_wc wc[kPollBatch];
     int total = 0, n;
     while ((n = ibv_poll_cq(send_cq_, kPollBatch, wc)) > 0) {
         for (int i = 0; i < n; ++i) on_send_done(wc[i]);
         total += n;
+        signaled_out_ -= std::min(signaled_out_, uint32_t(n));
         if (n < kPollBatch) break;
     }
+    if (total == 0 && send_budget_ == cfg_.send_queue) signaled_out_ = 0;  // nothing can be out
     if (total && !blocked_.empty()) drain_blocked();
     if (!in_bulk_ && !remote_results_.empty()) report_remote();
     return total;
@@ -1171,7 +1186,7 @@ bool VerbsWire::send_close(Conn &c, uint32_t kind) {
     wr.wr_id = wr_id(kSend, c.id, take_sq(c, e));
     c.unsignaled = 0;
     ++counters_.doorbells;
-    if (ibv_post_send(c.qp, &wr, &bad) == 0) return true;
+    if (post_send(c.qp, &wr, &bad) == 0) return true;
     fail(c);
     return false;
 }
@@ -1334,7 +1349,7 @@ bool VerbsWire::bulk(PeerId peer, bool read, const struct iovec *local, int nl, 
     in_bulk_ = true;
     bool done = false, ok = false;
     while (!done) {
-        poll_sends();
+        poll_sends(true);
         pump_transfers();
         for (size_t i = 0; i < bulk_results_.size(); ++i) {
             if (bulk_results_[i].cookie != cookie) continue;
@@ -1423,7 +1438,7 @@ void VerbsWire::pump_transfers() {
             wr.send_flags = IBV_SEND_SIGNALED;
             wr.wr.rdma.remote_addr = p.raddr;
             wr.wr.rdma.rkey = p.rkey;
-            if (ibv_post_send(c->qp, &wr, &bad) != 0) {
+            if (post_send(c->qp, &wr, &bad) != 0) {
                 // Never reached the device: its entry is taken back here.
                 c->sq[(c->sq_posted - 1) % sq_depth_] = SqEntry{};
                 --c->sq_posted;
@@ -1550,7 +1565,7 @@ VerbsWire::Conn *VerbsWire::ready_for_remote(PeerId to, uint32_t need) {
     // request; cfg_.defer_returns), so the next one may go direct.
     c.want_word = !handled_all(c);
     if (c.want_word) return nullptr;
-    if (c.remote_ops + need > kRemoteWindow || sq_room(c) < need) poll_sends();
+    if (c.remote_ops + need > kRemoteWindow || sq_room(c) < need) poll_sends(true);
     if (c.state != State::Ready || c.remote_ops + need > kRemoteWindow || sq_room(c) < need) return nullptr;
     return &c;
 }
@@ -1633,7 +1648,7 @@ bool VerbsWire::post_remote(Conn &c, ibv_send_wr &wr, const RemoteCount &count, 
     }
     ++c.remote_ops;
     if (op.read) ++c.remote_reads;
-    if (ibv_post_send(c.qp, &wr, &bad) != 0) {
+    if (post_send(c.qp, &wr, &bad) != 0) {
         // Entries the device never took stay in the queue: the failed QP's flush cannot
         // return them, so they are returned here (the caller releases `op`'s region).
         const bool data_went = bad == &add;
@@ -1744,7 +1759,7 @@ void VerbsWire::arm_wakeup() {
     ibv_wc wc[kPollBatch];
     const int n = ibv_poll_cq(recv_cq_, kPollBatch, wc);
     if (n > 0) stash_recv(wc, n);
-    if (n > 0 || poll_sends() > 0) wake_();
+    if (n > 0 || poll_sends(true) > 0) wake_();
 }
 
 void VerbsWire::leave_channel_to_sleepers() {

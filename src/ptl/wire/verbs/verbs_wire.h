@@ -259,7 +259,8 @@ private:
     void stash_recv(const ibv_wc *wc, int n);
     void poll_credits();
     // Send completions concern only what we sent: handled wherever they are met.
-    int poll_sends();
+    int poll_sends(bool always = false);
+    int post_send(ibv_qp *qp, ibv_send_wr *wr, ibv_send_wr **bad);
     void on_send_done(const ibv_wc &wc);
     void report_remote();
     struct RemoteOp;
@@ -299,6 +300,10 @@ private:
     ibv_srq *srq_ = nullptr;
     uint32_t sq_depth_ = 0;     // entries of each QP's send queue
     uint32_t send_budget_ = 0;  // send-queue entries that may still be posted, all QPs
+    // Signalled work requests posted and not yet completed (a hint: a failed QP's flush
+    // completes unsignalled ones too, a destroyed one completes none); the send CQ is polled
+    // at every progress while any is out, otherwise every kQuietSendPolls-th.
+    uint32_t signaled_out_ = 0, quiet_send_polls_ = 0;
     std::unique_ptr<char[]> rx_mem_, tx_mem_;
     ibv_mr *rx_mr_ = nullptr, *tx_mr_ = nullptr;
     std::vector<uint32_t> free_tx_;
