@@ -28,6 +28,7 @@ Config Config::from_env() {
     c.progress_cpu = int(env_long("PTL_PROGRESS_CPU", -1));
     c.wait_spin_us = env_long("PTL_WAIT_SPIN_US", c.wait_spin_us);
     c.busy_poll_gap_us = std::clamp(env_long("PTL_BUSY_POLL_GAP_US", c.busy_poll_gap_us), 0L, 1000000L);
+    c.park_max_ms = std::clamp(env_long("PTL_PROGRESS_PARK_MAX_MS", c.park_max_ms), 5L, 999L);
     c.direct = env_bool("PTL_DIRECT", c.direct);
     c.direct_revoke_ms = std::max(0L, env_long("PTL_DIRECT_REVOKE_MS", c.direct_revoke_ms));
     if (const char *y = std::getenv("PTL_WAIT_YIELD"); y && *y)

@@ -19,6 +19,7 @@ struct Config {
     int progress_cpu = -1;                   // PTL_PROGRESS_CPU (-1: a core the caller is not on)
     long wait_spin_us = 500;                 // PTL_WAIT_SPIN_US: callers poll this long before sleeping
     long busy_poll_gap_us = 20;  // PTL_BUSY_POLL_GAP_US: an app away shorter between polls serves its peers
+    long park_max_ms = 40;       // PTL_PROGRESS_PARK_MAX_MS: longest park beside an app that polls on
     YieldMode wait_yield = YieldMode::Auto;  // PTL_WAIT_YIELD=auto|always|never
     WakeChoice wake = WakeChoice::Auto;      // PTL_WAKE=auto|futex|socket
     uint64_t rndv_threshold = 16384;         // PTL_RNDV_THRESH: larger payloads move by bulk copy

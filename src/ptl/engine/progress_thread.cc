@@ -125,8 +125,17 @@ void ProgressThread::run(int cpu, int caller_cpu) {
     // after it stops polling without sleeping. Pollers that all sleep on the wires
     // (wait_until) make progress when anything arrives and wake us when they leave
     // (resume_if_long_parked): we look again only as often as when we sleep.
-    auto park = [this](uint32_t pollers) {
-        long park_ns = kParkNs;
+    //
+    // A park is twice as long each time the application is still polling when we look (up to
+    // PTL_PROGRESS_PARK_MAX_MS), and kParkNs again once we find work or it gone: each wake-up
+    // takes a CPU from a polling application on a small machine (UCT am_lat over verbs in a
+    // 2-vCPU guest: median 43 -> 38.5 us, average 56 -> 45 with 50 ms parks), and one that
+    // polls on needs nothing from us.
+    const long park_max_ns = std::max(kParkNs, engine_.config().park_max_ms * 1000000);
+    long park_len = kParkNs;
+    auto park = [this, &park_len, park_max_ns](uint32_t pollers) {
+        long park_ns = park_len;
+        park_len = std::min(2 * park_len, park_max_ns);
         // Read before the flag goes up: a poke that saw the flag then ends the park even if
         // it came before the wait began.
         const uint32_t v0 = park_word_.load(std::memory_order_acquire);
@@ -191,6 +200,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
         }
         if (work || backlog) {
             idle = 0;
+            park_len = kParkNs;
             if (!work) sched_yield();
             continue;
         }
@@ -200,6 +210,7 @@ void ProgressThread::run(int cpu, int caller_cpu) {
             idle = 0;
             continue;
         }
+        park_len = kParkNs;
         if (++idle < 16) {
             sched_yield();
             continue;
