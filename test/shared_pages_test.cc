@@ -131,9 +131,11 @@ TEST(SharedPages, MemoryMappedAgainWhereAdoptedPagesWereIsAdoptedAfresh) {
     munmap(m, 2 * kPage);
 }
 
-// The last release closes the file; the pages stay shared (and private again in a forked
-// child), and the same memory can be adopted again, into a new file with its contents.
-TEST(SharedPages, ReleasedPagesCanBeAdoptedAgainAndStayPrivateInAChild) {
+// Issue 58: a buffer registered for every message (an MPI library's send and receive buffers)
+// is copied into a file once. After the last release the pages stay adopted, their file open,
+// until the application unmaps them: adopting them again is answered from the same file with
+// no copy, and a forked child still gets private copies.
+TEST(SharedPages, ReleasedPagesStayAdoptedAndAreAdoptedAgainWithoutACopyAndStayPrivateInAChild) {
     char *m = map_anonymous(2 * kPage);
     ASSERT_NE(m, nullptr);
     std::memset(m, 'r', 2 * kPage);
@@ -145,22 +147,74 @@ TEST(SharedPages, ReleasedPagesCanBeAdoptedAgainAndStayPrivateInAChild) {
     adopted.release(first.fd);
     EXPECT_TRUE(adopted.covers(m, 8)) << "still in use by the second";
     adopted.release(again.fd);
-    EXPECT_FALSE(adopted.covers(m, 8));
+    EXPECT_TRUE(adopted.covers(m, 8)) << "released, but still mapped: kept";
     EXPECT_EQ(m[kPage], 'r');
     EXPECT_TRUE(in_child([&] {
         const bool copied = m[0] == 'r';
         std::memset(m, 'c', 2 * kPage);
         return copied;
     }));
-    EXPECT_EQ(m[0], 'r') << "the child's write reached the parent after the file was released";
+    EXPECT_EQ(m[0], 'r') << "the child's write reached the parent";
+    const uint64_t versions = adopted.version();
+    for (int i = 0; i < 100; ++i) {  // what an MPI ping-pong does with its buffer
+        ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &second));
+        EXPECT_EQ(second.ino, first.ino);
+        EXPECT_EQ(second.fd, first.fd);
+        adopted.release(second.fd);
+    }
+    EXPECT_EQ(adopted.stats().adoptions, 1u);
+    EXPECT_EQ(adopted.stats().bytes_copied, 2 * kPage);
+    EXPECT_EQ(adopted.stats().reused, 101u);
+    EXPECT_EQ(adopted.version(), versions) << "peers would drop their mappings for nothing";
     ASSERT_TRUE(adopted.adopt(m, 2 * kPage, &second));
-    EXPECT_NE(second.ino, first.ino);
     PeerPages peer;
     char *view = peer.map(getpid(), second.fd, second.ino, second.file_len);
     ASSERT_NE(view, nullptr);
     EXPECT_EQ(view[2 * kPage - 1], 'r');
+    view[0] = 'v';
+    EXPECT_EQ(m[0], 'v');
+    adopted.release(second.fd);
     peer.retain({});
-    munmap(m, 2 * kPage);
+    // Unmapped by the application: forgotten, the file closed.
+    ASSERT_EQ(munmap(m, 2 * kPage), 0);
+    char *other = map_anonymous(kPage);
+    ASSERT_NE(other, nullptr);
+    adopted.release(-1);  // any call looks at what went
+    EXPECT_FALSE(adopted.covers(m, 8));
+    EXPECT_NE(adopted.version(), versions);
+    munmap(other, kPage);
+}
+
+// A larger request over ranges adopted before that no entry uses (a registration cache that
+// grows its region as the messages grow) adopts the union anew, contents kept; over one in use
+// it is refused, and the range in use is unchanged.
+TEST(SharedPages, ARequestOverIdleAdoptedRangesAdoptsTheirUnionAndOneOverARangeInUseIsRefused) {
+    char *m = map_anonymous(8 * kPage);
+    ASSERT_NE(m, nullptr);
+    for (size_t i = 0; i < 8; ++i) std::memset(m + i * kPage, 'a' + int(i), kPage);
+    AdoptedPages adopted;
+    SharedRange small, mid, big, held, refused;
+    ASSERT_TRUE(adopted.adopt(m + kPage, kPage, &small));
+    adopted.release(small.fd);
+    ASSERT_TRUE(adopted.adopt(m + 4 * kPage, 2 * kPage, &mid));
+    adopted.release(mid.fd);
+    ASSERT_TRUE(adopted.adopt(m, 5 * kPage, &big));  // over the first, partly over the second
+    EXPECT_EQ(big.file_offset, 0u);
+    EXPECT_EQ(big.file_len, 6 * kPage) << "the union of the request and the idle ranges it meets";
+    EXPECT_NE(big.ino, small.ino);
+    for (size_t i = 0; i < 8; ++i) ASSERT_EQ(m[i * kPage + 7], 'a' + int(i)) << "page " << i;
+    PeerPages peer;
+    char *view = peer.map(getpid(), big.fd, big.ino, big.file_len);
+    ASSERT_NE(view, nullptr);
+    view[5 * kPage] = 'Z';
+    EXPECT_EQ(m[5 * kPage], 'Z');
+    ASSERT_TRUE(adopted.adopt(m + 6 * kPage, 2 * kPage, &held));  // in use
+    EXPECT_FALSE(adopted.adopt(m + 4 * kPage, 4 * kPage, &refused)) << "overlaps two ranges in use";
+    adopted.release(held.fd);
+    EXPECT_EQ(m[6 * kPage], 'g');
+    adopted.release(big.fd);
+    peer.retain({});
+    munmap(m, 8 * kPage);
 }
 
 // A fork after the application unmapped adopted pages and mapped something else there leaves

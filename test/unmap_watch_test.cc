@@ -102,6 +102,42 @@ TEST(UnmapWatch, MemoryNoLongerWatchedIsNotReported) {
     EXPECT_TRUE(taken(*w).empty());
 }
 
+// The shm wire's adopted pages and the verbs wire's registrations of them are watched by two
+// watches of one process (a range belongs to one userfaultfd only): one letting go of the
+// range leaves the other's watch in place.
+TEST(UnmapWatch, TwoWatchesOfOneRangeEachSeeItGoAfterTheOtherLetGo) {
+    auto a = open_watch(), b = open_watch();
+    ASSERT_TRUE(a && b);
+    char *p = map_pages(4);
+    ASSERT_TRUE(a->watch(at(p), at(p) + 4 * kPage));
+    ASSERT_TRUE(b->watch(at(p) + kPage, at(p) + 3 * kPage));
+    a->unwatch(at(p), at(p) + 4 * kPage);
+    ASSERT_EQ(munmap(p + kPage, kPage), 0);
+    EXPECT_TRUE(covers(taken(*b), at(p) + kPage, at(p) + 2 * kPage)) << "b's watch went with a's";
+    b->unwatch(at(p) + kPage, at(p) + 3 * kPage);
+    taken(*a);
+    ASSERT_EQ(munmap(p + 2 * kPage, kPage), 0);
+    EXPECT_TRUE(taken(*a).empty()) << "nobody watches it any more";
+    EXPECT_TRUE(taken(*b).empty());
+    munmap(p, 4 * kPage);
+}
+
+// Adopted pages are a shared mapping of a memory file (shmem): watchable, as anonymous memory.
+TEST(UnmapWatch, AMemoryFileMappingIsWatched) {
+    auto w = open_watch();
+    ASSERT_TRUE(w);
+    const int fd = memfd_create("unmap-watch-test", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, off_t(2 * kPage)), 0);
+    void *p = mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    char *c = static_cast<char *>(p);
+    ASSERT_TRUE(w->watch(at(c), at(c) + 2 * kPage));
+    ASSERT_EQ(munmap(c, 2 * kPage), 0);
+    EXPECT_TRUE(covers(taken(*w), at(c), at(c) + 2 * kPage));
+}
+
 TEST(UnmapWatch, FileBackedMemoryCannotBeWatched) {
     auto w = open_watch();
     ASSERT_TRUE(w);

@@ -82,6 +82,7 @@ Config Config::from_env() {
     c.verbs_reg_cache = env_bool("PTL_VERBS_REG_CACHE", c.verbs_reg_cache);
     c.verbs_reg_cache_max = uint64_t(std::max(0L, env_long("PTL_VERBS_REG_CACHE_MAX", long(c.verbs_reg_cache_max))));
     c.verbs_stats = env_bool("PTL_VERBS_STATS", c.verbs_stats);
+    c.debug = env_bool("PTL_DEBUG", c.debug);
     if (const char *t = std::getenv("PTL_TRACE")) c.trace_dir = t;
     c.trace_mb = std::clamp(env_long("PTL_TRACE_MB", c.trace_mb), 1L, 4096L);
     return c;

@@ -54,6 +54,7 @@ struct Config {
     bool verbs_reg_cache = true;                      // PTL_VERBS_REG_CACHE
     uint64_t verbs_reg_cache_max = uint64_t(1) << 30;  // PTL_VERBS_REG_CACHE_MAX: bytes kept registered unused
     bool verbs_stats = false;                         // PTL_VERBS_STATS: counters on stderr at close
+    bool debug = false;  // PTL_DEBUG: one line on stderr at rare events worth knowing (an adoption)
     std::string trace_dir;                            // PTL_TRACE: trace.h (empty: no trace)
     long trace_mb = 16;                               // PTL_TRACE_MB
 

@@ -10,8 +10,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
@@ -42,83 +48,191 @@ int open_userfaultfd(std::string *why) {
     return fd;
 }
 
+constexpr size_t kCoreCapacity = 4096;
+
+}  // namespace
+
+struct UnmapWatch::Core {
+    Core(int uffd, int stop_fd) : uffd(uffd), stop_fd(stop_fd), pid(getpid()) {
+        unmapped.reserve(kCoreCapacity);
+        reader = std::thread([this] { read_events(); });
+    }
+    ~Core() {
+        const uint64_t one = 1;
+        if (write(stop_fd, &one, sizeof one) < 0) {
+        }
+        reader.join();
+        close(uffd);  // the kernel forgets every range it watched
+        close(stop_fd);
+    }
+
+    void read_events();
+    void wait_for_reads() {
+        // An unmapping call returns once its event is read; the reader may not have noted it yet.
+        while (reads_begun.load(std::memory_order_seq_cst) != reads_done.load(std::memory_order_seq_cst))
+            sched_yield();
+    }
+
+    // counts[k] is how many watches want the pages from k to the next key. Only consumers'
+    // threads change it (the reader only notes what went, in `unmapped`).
+    void split(uintptr_t x) {
+        auto it = counts.upper_bound(x);
+        const int c = it == counts.begin() ? 0 : std::prev(it)->second;
+        counts.emplace(x, c);
+    }
+    void coalesce(uintptr_t x) {
+        auto it = counts.find(x);
+        if (it == counts.end()) return;
+        const int before = it == counts.begin() ? 0 : std::prev(it)->second;
+        if (it->second == before) counts.erase(it);
+    }
+    // What the kernel stopped watching by itself (unmapped, moved) wants nothing any more.
+    void settle() {
+        for (const Range &r : unmapped) {
+            split(r.start);
+            split(r.end);
+            auto first = counts.find(r.start), last = counts.find(r.end);
+            first->second = 0;
+            counts.erase(std::next(first), last);
+            coalesce(r.end);
+            coalesce(r.start);
+        }
+        unmapped.clear();
+    }
+
+    const int uffd, stop_fd;
+    const pid_t pid;  // a forked child has no reader: it makes its own core
+    std::atomic<uint64_t> reads_begun{0}, reads_done{0};
+    std::mutex mu;
+    std::vector<UnmapWatch *> watches;
+    std::map<uintptr_t, int> counts;
+    std::vector<Range> unmapped;  // reserved, as the watches' lists
+    std::thread reader;
+};
+
+void UnmapWatch::Core::read_events() {
+    pthread_setname_np(pthread_self(), "ptl-unmap-watch");
+    pollfd fds[2] = {{uffd, POLLIN, 0}, {stop_fd, POLLIN, 0}};
+    for (;;) {
+        if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+        if (fds[1].revents) break;
+        reads_begun.fetch_add(1, std::memory_order_seq_cst);
+        uffd_msg msgs[32];
+        const ssize_t n = read(uffd, msgs, sizeof msgs);
+        if (n > 0) {
+            std::lock_guard<std::mutex> lock(mu);
+            for (ssize_t i = 0; i < n / ssize_t(sizeof(uffd_msg)); ++i) {
+                const uffd_msg &m = msgs[i];
+                Range r{};
+                bool unregistered = true;  // madvise leaves the range registered
+                if (m.event == UFFD_EVENT_UNMAP) {
+                    r = {uintptr_t(m.arg.remove.start), uintptr_t(m.arg.remove.end)};
+                } else if (m.event == UFFD_EVENT_REMOVE) {
+                    r = {uintptr_t(m.arg.remove.start), uintptr_t(m.arg.remove.end)};
+                    unregistered = false;
+                } else if (m.event == UFFD_EVENT_REMAP) {
+                    r = {uintptr_t(m.arg.remap.from), uintptr_t(m.arg.remap.from + m.arg.remap.len)};
+                } else {
+                    continue;
+                }
+                for (UnmapWatch *w : watches) {
+                    if (w->gone_.size() < w->gone_.capacity())
+                        w->gone_.push_back(r);
+                    else
+                        w->overflow_ = true;
+                }
+                // Lost when full: a count left too high only keeps pages registered longer.
+                if (unregistered && unmapped.size() < unmapped.capacity()) unmapped.push_back(r);
+            }
+        }
+        reads_done.fetch_add(1, std::memory_order_seq_cst);
+    }
+}
+
+namespace {
+std::mutex g_core_mu;
+std::weak_ptr<UnmapWatch::Core> g_core;
 }  // namespace
 
 std::unique_ptr<UnmapWatch> UnmapWatch::open(std::string *why, size_t capacity) {
-    const int uffd = open_userfaultfd(why);
-    if (uffd < 0) return nullptr;
-    const int stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (stop_fd < 0) {
-        *why = std::string("eventfd: ") + std::strerror(errno);
-        close(uffd);
-        return nullptr;
+    std::shared_ptr<Core> core;
+    {
+        std::lock_guard<std::mutex> lock(g_core_mu);
+        core = g_core.lock();
+        if (core && core->pid != getpid()) {
+            // Made by the parent before a fork: its reader is not here. Left, not destroyed.
+            new std::shared_ptr<Core>(core);
+            core.reset();
+        }
+        if (!core) {
+            const int uffd = open_userfaultfd(why);
+            if (uffd < 0) return nullptr;
+            const int stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+            if (stop_fd < 0) {
+                *why = std::string("eventfd: ") + std::strerror(errno);
+                close(uffd);
+                return nullptr;
+            }
+            core = std::make_shared<Core>(uffd, stop_fd);
+            g_core = core;
+        }
     }
-    return std::unique_ptr<UnmapWatch>(new UnmapWatch(uffd, stop_fd, capacity));
+    return std::unique_ptr<UnmapWatch>(new UnmapWatch(std::move(core), capacity));
 }
 
-UnmapWatch::UnmapWatch(int uffd, int stop_fd, size_t capacity)
-    : uffd_(uffd), stop_fd_(stop_fd), capacity_(capacity) {
-    gone_.reserve(capacity_);
-    reader_ = std::thread([this] { read_events(); });
+UnmapWatch::UnmapWatch(std::shared_ptr<Core> core, size_t capacity) : core_(std::move(core)) {
+    gone_.reserve(capacity);
+    std::lock_guard<std::mutex> lock(core_->mu);
+    core_->watches.push_back(this);
 }
 
 UnmapWatch::~UnmapWatch() {
-    const uint64_t one = 1;
-    if (write(stop_fd_, &one, sizeof one) < 0) {
-    }
-    reader_.join();
-    close(uffd_);  // the kernel forgets every range it watched
-    close(stop_fd_);
+    std::lock_guard<std::mutex> lock(core_->mu);
+    std::erase(core_->watches, this);
 }
 
 bool UnmapWatch::watch(uintptr_t start, uintptr_t end) {
+    if (start >= end) return false;
+    // Registered and counted under the lock: another watch's unwatch must not undo it between.
+    std::lock_guard<std::mutex> lock(core_->mu);
+    Core &c = *core_;
     uffdio_register r{};
     r.range.start = start;
     r.range.len = end - start;
     r.mode = UFFDIO_REGISTER_MODE_WP;
-    return ioctl(uffd_, UFFDIO_REGISTER, &r) == 0;
+    if (ioctl(c.uffd, UFFDIO_REGISTER, &r) != 0) return false;
+    c.settle();
+    c.split(start);
+    c.split(end);
+    for (auto it = c.counts.find(start); it->first < end; ++it) ++it->second;
+    c.coalesce(end);
+    c.coalesce(start);
+    return true;
 }
 
 void UnmapWatch::unwatch(uintptr_t start, uintptr_t end) {
-    uffdio_range r{start, end - start};
-    ioctl(uffd_, UFFDIO_UNREGISTER, &r);  // fails only where nothing is watched any more
-}
-
-void UnmapWatch::read_events() {
-    pthread_setname_np(pthread_self(), "ptl-unmap-watch");
-    pollfd fds[2] = {{uffd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    for (;;) {
-        if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
-        if (fds[1].revents) break;
-        reads_begun_.fetch_add(1, std::memory_order_seq_cst);
-        uffd_msg msgs[32];
-        const ssize_t n = read(uffd_, msgs, sizeof msgs);
-        if (n > 0) {
-            std::lock_guard<std::mutex> lock(mu_);
-            for (ssize_t i = 0; i < n / ssize_t(sizeof(uffd_msg)); ++i) {
-                const uffd_msg &m = msgs[i];
-                Range r{};
-                if (m.event == UFFD_EVENT_UNMAP || m.event == UFFD_EVENT_REMOVE)
-                    r = {uintptr_t(m.arg.remove.start), uintptr_t(m.arg.remove.end)};
-                else if (m.event == UFFD_EVENT_REMAP)
-                    r = {uintptr_t(m.arg.remap.from), uintptr_t(m.arg.remap.from + m.arg.remap.len)};
-                else
-                    continue;
-                if (gone_.size() < capacity_)
-                    gone_.push_back(r);
-                else
-                    overflow_ = true;
-            }
+    if (start >= end) return;
+    std::lock_guard<std::mutex> lock(core_->mu);
+    Core &c = *core_;
+    c.settle();
+    c.split(start);
+    c.split(end);
+    for (auto it = c.counts.find(start); it->first < end;) {
+        const uintptr_t from = it->first, to = std::next(it)->first;
+        // Pages no watch wants any more; unregistering makes no event, so the reader is not needed.
+        if (it->second > 0 && --it->second == 0) {
+            uffdio_range u{from, to - from};
+            ioctl(c.uffd, UFFDIO_UNREGISTER, &u);  // fails only where nothing is watched any more
         }
-        reads_done_.fetch_add(1, std::memory_order_seq_cst);
+        ++it;
+        c.coalesce(from);
     }
+    c.coalesce(end);
 }
 
 bool UnmapWatch::take(std::vector<Range> &out) {
-    // An unmapping call returns once its event is read; the reader may not have noted it yet.
-    while (reads_begun_.load(std::memory_order_seq_cst) != reads_done_.load(std::memory_order_seq_cst))
-        sched_yield();
-    std::lock_guard<std::mutex> lock(mu_);
+    core_->wait_for_reads();
+    std::lock_guard<std::mutex> lock(core_->mu);
     out.insert(out.end(), gone_.begin(), gone_.end());
     gone_.clear();
     const bool complete = !overflow_;

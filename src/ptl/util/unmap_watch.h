@@ -1,19 +1,21 @@
-// Tells a registration cache which of the address ranges it watches stopped holding the pages
-// it registered: unmapped (munmap, brk, MAP_FIXED over them), emptied (madvise DONTNEED or
-// REMOVE) or moved (mremap). A userfaultfd with those events and the ranges registered in
-// write-protect mode with nothing ever protected, so no fault is ever trapped; only the events
-// arrive. The kernel holds the unmapping call until the event is read, so a small thread reads
-// them at once, and take() waits for a read in progress: whatever an unmapping call that has
-// returned did is in the next take().
+// Tells a cache which of the address ranges it watches stopped holding the pages it knows:
+// unmapped (munmap, brk, MAP_FIXED over them), emptied (madvise DONTNEED or REMOVE) or moved
+// (mremap). A userfaultfd with those events and the ranges registered in write-protect mode
+// with nothing ever protected, so no fault is ever trapped; only the events arrive. The kernel
+// holds the unmapping call until the event is read, so a small thread reads them at once, and
+// take() waits for a read in progress: whatever an unmapping call that has returned did is in
+// the next take().
+//
+// A range can belong to one userfaultfd only, and two caches may watch the same pages (the
+// verbs wire's registrations of the shm wire's adopted pages), so every UnmapWatch of a
+// process shares one userfaultfd and its reader: each watch gets every event, and a page stays
+// registered while any watch still wants it.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace ptl {
@@ -35,22 +37,20 @@ public:
     bool watch(uintptr_t start, uintptr_t end);
     void unwatch(uintptr_t start, uintptr_t end);
 
-    // The ranges gone since the last call. False: more went than `capacity` ranges could
-    // hold, so anything watched may be gone.
+    // The ranges gone since the last call (any watch's, and others the process had watched).
+    // False: more went than `capacity` ranges could hold, so anything watched may be gone.
     bool take(std::vector<Range> &out);
 
-private:
-    UnmapWatch(int uffd, int stop_fd, size_t capacity);
-    void read_events();
+    struct Core;  // the process's userfaultfd, its reader and what is watched how often
 
-    const int uffd_;
-    const int stop_fd_;
-    const size_t capacity_;
-    std::atomic<uint64_t> reads_begun_{0}, reads_done_{0};
-    std::mutex mu_;
-    std::vector<Range> gone_;  // reserved: the reader never allocates (freeing could unmap)
+private:
+    UnmapWatch(std::shared_ptr<Core> core, size_t capacity);
+
+    std::shared_ptr<Core> core_;
+    // Under the core's lock; reserved: the reader never allocates (freeing could unmap).
+    std::vector<Range> gone_;
     bool overflow_ = false;
-    std::thread reader_;
+    friend struct Core;
 };
 
 }  // namespace ptl

@@ -96,7 +96,7 @@ bool still_adopted(uintptr_t base, size_t len, uint64_t ino) {
 // Copies the pages of [lo, hi) that hold data into `fd` at their offset from `base`: every
 // page of a file's private copy, only present or swapped pages of anonymous memory (a heap
 // of which the application touched a little must not become resident whole).
-bool copy_pages(int fd, uintptr_t base, uintptr_t lo, uintptr_t hi, bool anonymous) {
+bool copy_pages(int fd, uintptr_t base, uintptr_t lo, uintptr_t hi, bool anonymous, uint64_t *copied) {
     const size_t ps = page_size();
     int pagemap = anonymous ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
     if (anonymous && pagemap < 0) anonymous = false;  // copy all: correct, only larger
@@ -129,6 +129,7 @@ bool copy_pages(int fd, uintptr_t base, uintptr_t lo, uintptr_t hi, bool anonymo
                     src += w;
                     at += w;
                     left -= size_t(w);
+                    *copied += uint64_t(w);
                 }
             }
             i = j;
@@ -218,10 +219,46 @@ void remember_for_fork(int i, uintptr_t base, size_t len, uint64_t ino) {
 
 }  // namespace
 
+AdoptedPages::AdoptedPages() = default;
+
 AdoptedPages::~AdoptedPages() {
     // The pages stay mapped (the application still uses them) and shared with whatever peer
     // still maps them; only our descriptors go (the fork handler still knows the ranges).
-    for (const Range &r : ranges_) close(r.fd);
+    for (const Range &r : ranges_) {
+        if (r.watched && !r.gone) watch_->unwatch(r.base, r.base + r.len);
+        close(r.fd);
+    }
+}
+
+void AdoptedPages::drop(size_t i) {
+    const Range &r = ranges_[i];
+    if (r.watched) watch_->unwatch(r.base, r.base + r.len);
+    close(r.fd);
+    ranges_.erase(ranges_.begin() + long(i));
+    ++version_;
+}
+
+void AdoptedPages::take_unmapped(uintptr_t own_lo, uintptr_t own_hi) {
+    if (!watch_) return;
+    unmapped_.clear();
+    const bool complete = watch_->take(unmapped_);
+    if (complete && unmapped_.empty()) return;
+    for (size_t i = 0; i < ranges_.size();) {
+        Range &r = ranges_[i];
+        const uintptr_t end = r.base + r.len;
+        // More went than the watch could list: look at the range itself.
+        bool hit = !complete && !r.gone && !still_adopted(r.base, r.len, r.ino);
+        for (const UnmapWatch::Range &g : unmapped_)
+            if (g.start < end && r.base < g.end && !(g.start >= own_lo && g.end <= own_hi)) hit = true;
+        if (hit) {
+            r.gone = true;
+            if (r.users == 0) {
+                drop(i);
+                continue;
+            }
+        }
+        ++i;
+    }
 }
 
 bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
@@ -229,58 +266,93 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     const uintptr_t base = reinterpret_cast<uintptr_t>(start);
     if (len == 0 || base % ps || len % ps || base + len < base) return false;
     const uintptr_t end = base + len;
-    for (size_t i = 0; i < ranges_.size();) {
+    take_unmapped();
+    for (size_t i = 0; i < ranges_.size(); ++i) {
         Range &r = ranges_[i];
-        const bool overlaps = base < r.base + r.len && r.base < end;
-        if (overlaps && !still_adopted(r.base, r.len, r.ino)) {
-            // Unmapped since, at least in part: what a peer still maps of the file reaches
-            // nothing of ours (the fork handler still privatises what is left of it).
-            close(r.fd);
-            ranges_.erase(ranges_.begin() + long(i));
-            continue;
+        if (r.gone || base < r.base || end > r.base + r.len) continue;
+        // Unwatched: the application may have unmapped it and have other memory there now.
+        if (!r.watched && !still_adopted(r.base, r.len, r.ino)) {
+            r.gone = true;
+            break;
         }
-        if (base >= r.base && end <= r.base + r.len) {
-            ++r.users;
-            *out = {r.fd, r.ino, r.len, base - r.base};
-            return true;
+        ++r.users;
+        ++stats_.reused;
+        *out = {r.fd, r.ino, r.len, base - r.base};
+        return true;
+    }
+    // Ranges no entry uses that overlap this one are adopted again with it, as one.
+    uintptr_t lo = base, hi = end;
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (const Range &r : ranges_) {
+            if (r.gone || !(lo < r.base + r.len && r.base < hi)) continue;
+            if (r.users) return false;  // partly adopted already, and in use
+            if (r.base < lo || r.base + r.len > hi) {
+                lo = std::min(lo, r.base);
+                hi = std::max(hi, r.base + r.len);
+                grew = true;
+            }
         }
-        if (overlaps) return false;  // partly adopted already
-        ++i;
     }
     // A forked child could not be given private copies of more.
     const int fork_range = free_fork_range();
     if (fork_range < 0) return false;
     std::vector<Vma> vmas;
-    if (!private_writable(base, end, &vmas)) return false;
+    if (!private_writable(lo, hi, &vmas)) return false;
     const int fd = memfd_create(kFileName, MFD_CLOEXEC);
     if (fd < 0) return false;
-    bool ok = ftruncate(fd, off_t(len)) == 0;
+    uint64_t copied = 0;
+    bool ok = ftruncate(fd, off_t(hi - lo)) == 0;
     for (const Vma &v : vmas)
-        if (ok) ok = copy_pages(fd, base, std::max(v.lo, base), std::min(v.hi, end), anonymous(v));
+        if (ok) ok = copy_pages(fd, lo, std::max<uintptr_t>(v.lo, lo), std::min<uintptr_t>(v.hi, hi), anonymous(v),
+                                &copied);
     // One call replaces the pages: no moment in which the range is unmapped.
-    if (!ok || mmap(start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+    if (!ok || mmap(reinterpret_cast<void *>(lo), hi - lo, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                    0) == MAP_FAILED) {
         close(fd);
         return false;
     }
+    for (size_t i = 0; i < ranges_.size();)
+        if (!ranges_[i].gone && ranges_[i].base >= lo && ranges_[i].base + ranges_[i].len <= hi)
+            drop(i);
+        else
+            ++i;
     struct stat st {};
     fstat(fd, &st);
-    ranges_.push_back({base, len, fd, uint64_t(st.st_ino), 1});
-    remember_for_fork(fork_range, base, len, uint64_t(st.st_ino));
-    *out = {fd, uint64_t(st.st_ino), len, 0};
+    if (!watch_ && !watch_tried_) {
+        watch_tried_ = true;
+        std::string why;
+        watch_ = UnmapWatch::open(&why, 1024);
+        if (!watch_ && debug_)
+            std::fprintf(stderr, "portals debug: pid %d: no unmap watch (%s): adopted pages are copied again for "
+                         "each entry that uses them\n", int(getpid()), why.c_str());
+    }
+    take_unmapped(lo, hi);  // our own remap of ranges watched before
+    const bool watched = watch_ && watch_->watch(lo, hi);
+    ranges_.push_back({lo, hi - lo, fd, uint64_t(st.st_ino), 1, watched, false});
+    ++version_;
+    remember_for_fork(fork_range, lo, hi - lo, uint64_t(st.st_ino));
+    ++stats_.adoptions;
+    stats_.bytes_copied += copied;
+    if (debug_)
+        std::fprintf(stderr,
+                     "portals debug: pid %d adopted 0x%lx-0x%lx (%lu bytes, %lu copied) into a memory file: peers "
+                     "on this host access it directly%s\n",
+                     int(getpid()), (unsigned long)lo, (unsigned long)hi, (unsigned long)(hi - lo),
+                     (unsigned long)copied,
+                     watched ? "; it stays shared until unmapped" : "; not watched: copied again after its last user");
+    *out = {fd, uint64_t(st.st_ino), hi - lo, base - lo};
     return true;
 }
 
 void AdoptedPages::release(int fd) {
     for (size_t i = 0; i < ranges_.size(); ++i)
         if (ranges_[i].fd == fd) {
-            if (--ranges_[i].users == 0) {
-                // No exported entry uses it: the pages stay shared (fork still knows them), the
-                // file goes with the last mapping of it.
-                close(fd);
-                ranges_.erase(ranges_.begin() + long(i));
-            }
-            return;
+            Range &r = ranges_[i];
+            if (--r.users == 0 && (r.gone || !r.watched)) drop(i);
+            break;
         }
+    take_unmapped();
 }
 
 PeerPages::~PeerPages() {

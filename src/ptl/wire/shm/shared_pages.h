@@ -4,10 +4,16 @@
 // peers map the same file through /proc/PID/fd. Only whole pages of private, writable,
 // anonymous memory outside the brk heap (mmap'd buffers, large malloc chunks, SHMEM heaps) are
 // adopted: other pages also hold objects the entry does not own (UCX's registration cache
-// rounds regions out to pages), which another thread could write while they are copied. Adopted pages stay
-// shared after their last user is released (giving them back would need the same copy again); adopting them
-// again makes a new file. A child made by fork() gets private copies of them, as it would have had before:
-// without that, parent and child would share heap pages and each other's allocations.
+// rounds regions out to pages), which another thread could write while they are copied.
+//
+// An adopted range stays adopted, its file open, after its last user is released, until the
+// application unmaps (or empties, or moves) it: the UnmapWatch says when. A buffer that an MPI
+// library registers for every message it sends from it is then copied once, not per message
+// (issue 58), and peers keep their mapping of it. Without a watch (no userfaultfd here) a
+// released range's file goes with its last user, as an application could unmap the pages
+// unseen and the file would hold their memory. A child made by fork() gets private copies of
+// the shared pages, as it would have had before: without that, parent and child would share
+// heap pages and each other's allocations.
 #pragma once
 
 #include <sys/types.h>
@@ -15,8 +21,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
+
+#include "../../util/unmap_watch.h"
 
 namespace ptl::shm {
 
@@ -27,20 +36,28 @@ struct SharedRange {
     uint64_t file_offset = 0;  // where the requested start lies in it
 };
 
+// What adoption cost this process (PtlXWireUsage, UCX_PORTALS_STATS).
+struct AdoptionStats {
+    uint64_t adoptions = 0;     // ranges copied into a memory file
+    uint64_t bytes_copied = 0;  // by those copies
+    uint64_t reused = 0;        // adopt() answered from a range adopted before
+};
+
 // The owner's side: adopted ranges, reused by later requests that fall inside one.
 class AdoptedPages {
 public:
-    AdoptedPages() = default;
+    AdoptedPages();
     AdoptedPages(const AdoptedPages &) = delete;
     AdoptedPages &operator=(const AdoptedPages &) = delete;
     ~AdoptedPages();
 
     // Makes [start, start + len) shared; false (memory unchanged) when it cannot be: not whole
-    // pages, not private writable memory, overlapping an adopted range partly, or a system
-    // call refused.
+    // pages, not private writable memory, overlapping a range in use partly, or a system call
+    // refused. A request over ranges adopted before that no entry uses any more adopts their
+    // union anew.
     bool adopt(void *start, size_t len, SharedRange *out);
-    // An entry that adopt() answered with `fd` no longer needs it: the last one closes the file
-    // (the pages stay shared; peers' mappings are theirs to drop).
+    // An entry that adopt() answered with `fd` no longer needs it (the pages stay shared; the
+    // file stays open while they stay mapped and watched).
     void release(int fd);
     // Whether [start, start + len) lies in adopted pages (which peers may access directly). A
     // range the application unmapped since may still answer yes until the next adopt(): the
@@ -51,6 +68,16 @@ public:
             if (a >= r.base && a + len <= r.base + r.len) return true;
         return false;
     }
+    // The files of the adopted ranges (fd, inode), which peers may keep mapped; `version()`
+    // moves whenever that list changes.
+    uint64_t version() const { return version_; }
+    template <class F>
+    void for_each_file(F &&f) const {
+        for (const Range &r : ranges_) f(r.fd, r.ino);
+    }
+    const AdoptionStats &stats() const { return stats_; }
+    // PTL_DEBUG: one line on stderr per range adopted, and why ranges are not kept.
+    void set_debug(bool on) { debug_ = on; }
 
 private:
     struct Range {
@@ -59,8 +86,20 @@ private:
         int fd;
         uint64_t ino;
         uint32_t users;  // adopt() answers not yet released
+        bool watched;    // the UnmapWatch reports its end (else it goes with its last user)
+        bool gone;       // unmapped since: no new user, closed with its last one
     };
+    void drop(size_t i);
+    // Marks the ranges the application unmapped since gone; those in `own` (our own remap of
+    // the range being adopted) are not the application's.
+    void take_unmapped(uintptr_t own_lo = 0, uintptr_t own_hi = 0);
     std::vector<Range> ranges_;
+    std::unique_ptr<UnmapWatch> watch_;  // opened at the first adoption
+    bool watch_tried_ = false;
+    std::vector<UnmapWatch::Range> unmapped_;
+    uint64_t version_ = 0;
+    AdoptionStats stats_;
+    bool debug_ = false;
 };
 
 // A peer's side: the owner's memory files mapped into this process, by the owner's fd number

@@ -133,6 +133,13 @@ public:
     bool adopt_pages(void *start, size_t len, SharedRange *out) { return adopted_.adopt(start, len, out); }
     bool in_adopted_pages(const void *start, size_t len) const { return adopted_.covers(start, len); }
     void release_pages(int fd) { adopted_.release(fd); }
+    uint64_t adopted_version() const { return adopted_.version(); }
+    template <class F>
+    void for_each_adopted_file(F &&f) const {
+        adopted_.for_each_file(f);
+    }
+    const AdoptionStats &adoption_stats() const { return adopted_.stats(); }
+    void set_adoption_debug(bool on) { adopted_.set_debug(on); }
     // Drops our mappings of the peer's files but those its live exports name.
     void retain_peer_pages(PeerId id, const std::vector<std::pair<int, uint64_t>> &live) {
         if (Peer *p = peer(id)) p->pages.retain(live);
