@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 
 #include "../util/asymmetric_fence.h"
@@ -37,10 +38,10 @@ void Engine::open_exports() {
     // With PTL_WIRE=tcp or verbs no peer reaches us through shared memory: nothing to export.
     const bool shm_peers = cfg_.wire == WireChoice::Auto || cfg_.wire == WireChoice::Shm;
     exports_ = cfg_.direct && shm_peers ? new (shm_->export_area()) direct::Area() : nullptr;
-    if (exports_)
-        for (direct::AdoptedFile &f : exports_->files) f.fd.store(-1, std::memory_order_relaxed);
-    files_published_ = 0;
-    files_listed_ = 0;
+    if (exports_) {
+        for (shm::ListedFile &f : exports_->files.files) f.fd.store(-1, std::memory_order_relaxed);
+        shm_->list_files_in(&exports_->files, offsetof(direct::Area, files));
+    }
     shm_->set_adoption_debug(cfg_.debug);
     light_marks_ = cfg_.direct && asymmetric_fence::register_hot_side();
     if (exports_ && light_marks_ && asymmetric_fence::heavy())
@@ -87,9 +88,7 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     if (i == direct::kSlots) return;
     const bool counted = e->ct && (e->opts() & PTL_ME_EVENT_CT_COMM);
     shm::SharedRange r;
-    const bool adopted = shm_->adopt_pages(e->region.start, e->region.length, &r);
-    publish_adopted_files();
-    if (!adopted) {
+    if (!shm_->adopt_pages(e->region.start, e->region.length, &r)) {
         PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported: its memory is not whole private pages",
                   n->index, e->pt, e->is_me ? "me" : "le", e->handle);
         return;
@@ -117,23 +116,6 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     ++pt.exports;
     PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x exported: slot %u, %llu bytes", n->index, e->pt,
               e->is_me ? "me" : "le", e->handle, i, (unsigned long long)s.length);
-}
-
-void Engine::publish_adopted_files() {
-    const uint64_t v = shm_->adopted_version();
-    if (v == files_published_) return;
-    files_published_ = v;
-    uint32_t n = 0;
-    shm_->for_each_adopted_file([&](int fd, uint64_t ino) {
-        if (n == direct::kFiles) return;  // peers map the others again when they need them
-        exports_->files[n].ino.store(ino, std::memory_order_relaxed);
-        exports_->files[n].fd.store(fd, std::memory_order_release);
-        ++n;
-    });
-    for (uint32_t i = n; i < files_listed_; ++i) exports_->files[i].fd.store(-1, std::memory_order_release);
-    files_listed_ = n;
-    exports_->header.files_version.fetch_add(1, std::memory_order_release);
-    exports_->header.version.fetch_add(1, std::memory_order_release);
 }
 
 // Makes slot i dead and returns once no peer is inside it.
@@ -188,7 +170,6 @@ void Engine::revoke_export(Pt &pt, Entry *e) {
     direct::Slot &s = exports_->slots[i];
     close_slot(i);
     shm_->release_pages(s.fd);
-    publish_adopted_files();
     export_owner_[i] = nullptr;
     e->export_slot = -1;
     --pt.exports;

@@ -25,12 +25,13 @@
 #include <utility>
 #include <vector>
 
+#include "../wire/shm/shared_pages.h"
+
 namespace ptl::direct {
 
 constexpr uint32_t kSlots = 512;
 constexpr uint32_t kMarks = PTL_PID_MAX;  // one per process of the host, by its Portals pid
 constexpr uint32_t kCounters = 256;
-constexpr uint32_t kFiles = 256;  // adopted files listed for peers (shared_pages.h)
 
 struct alignas(64) Header {
     std::atomic<uint64_t> version;  // moves at every export and revocation: peers' caches
@@ -38,8 +39,6 @@ struct alignas(64) Header {
     std::atomic<uint32_t> holding;
     // The owner's revocations fence the registered initiators (asymmetric_fence::heavy).
     std::atomic<uint32_t> light_marks;
-    // Moves when `files` changes (with `version`): peers then drop their mappings of the rest.
-    std::atomic<uint64_t> files_version;
     // A peer added to a counter since the owner last looked (its waiters and triggers). On a
     // line of its own: peers and owner write it at every counted operation, and the lines
     // above are read at every operation.
@@ -78,19 +77,12 @@ struct alignas(64) Mark {
     std::atomic<int32_t> os_pid;   // of the marking process, for the owner's liveness check
 };
 
-// A memory file the owner keeps (an adopted range, in use or not): a peer's mapping of it
-// stays valid, so it may stay mapped while it is listed.
-struct AdoptedFile {
-    std::atomic<int32_t> fd;  // -1: a free place
-    std::atomic<uint64_t> ino;
-};
-
 struct Area {
     Header header;
     Slot slots[kSlots];
     Mark marks[kMarks];
     Counter counters[kCounters];
-    AdoptedFile files[kFiles];
+    shm::FileList files;  // the owner's adopted files, which its shm wire lists
 };
 
 // What an initiator learned of a live slot: copied once, valid while the slot's generation
@@ -155,7 +147,7 @@ public:
     // The files the owner keeps, and those of live slots (the list holds kFiles at most).
     std::vector<std::pair<int, uint64_t>> live_files() const {
         std::vector<std::pair<int, uint64_t>> live;
-        for (const AdoptedFile &f : area_->files)
+        for (const shm::ListedFile &f : area_->files.files)
             if (const int fd = f.fd.load(std::memory_order_acquire); fd >= 0)
                 live.emplace_back(fd, f.ino.load(std::memory_order_relaxed));
         for (const Slot &s : area_->slots)
@@ -169,7 +161,7 @@ private:
         if (v != version_) {
             cache_.clear();
             version_ = v;
-            const uint64_t files = area_->header.files_version.load(std::memory_order_acquire);
+            const uint64_t files = area_->files.version.load(std::memory_order_acquire);
             if (files != files_version_) changed_ = true;
             files_version_ = files;
         }

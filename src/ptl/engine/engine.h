@@ -340,8 +340,6 @@ private:
     bool exportable(const Ni &n, const Pt &pt, const Entry &e) const;
     void export_entry(Ni *n, Pt &pt, Entry *e);
     void export_shared(Ni *n, Pt &pt, Entry *e);
-    // Lists the adopted files in our export area when they changed (peers keep those mapped).
-    void publish_adopted_files();
     // Returns once no peer is inside the entry's memory or can enter it.
     void revoke_export(Pt &pt, Entry *e);
     void close_slot(uint32_t i);
@@ -533,8 +531,6 @@ private:
     PutRoute route_;
     std::array<PutTarget, kPutTargets> put_targets_{};
     bool holding_published_ = false;
-    uint64_t files_published_ = 0;      // the adopted pages' version last listed in exports_
-    uint32_t files_listed_ = 0;         // places of exports_->files in use
     // The direct path over RDMA: the wire, our exports by slot and who holds them (owner
     // side), what peers exported to us and our operations in flight (initiator side).
     Wire *rdma_ = nullptr;

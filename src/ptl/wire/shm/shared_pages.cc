@@ -345,6 +345,38 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     return true;
 }
 
+void AdoptedPages::publish(FileList *to) {
+    if (!to || version_ == published_) return;
+    published_ = version_;
+    uint32_t n = 0;
+    for (const Range &r : ranges_) {
+        if (n == kListedFiles) break;  // peers map the others again when they need them
+        ListedFile &f = to->files[n++];
+        f.fd.store(-1, std::memory_order_relaxed);  // not half old, half new to a reader
+        std::atomic_thread_fence(std::memory_order_release);
+        f.ino.store(r.ino, std::memory_order_relaxed);
+        f.base.store(r.base, std::memory_order_relaxed);
+        f.len.store(r.len, std::memory_order_relaxed);
+        f.fd.store(r.fd, std::memory_order_release);
+    }
+    for (uint32_t i = n; i < published_count_; ++i) to->files[i].fd.store(-1, std::memory_order_release);
+    published_count_ = n;
+    to->version.fetch_add(1, std::memory_order_release);
+}
+
+bool AdoptedPages::listed(const void *start, size_t len, uint32_t *index, uint64_t *ino) {
+    take_unmapped();
+    const uintptr_t a = reinterpret_cast<uintptr_t>(start);
+    for (uint32_t i = 0; i < ranges_.size() && i < kListedFiles; ++i) {
+        const Range &r = ranges_[i];
+        if (r.gone || !r.watched || a < r.base || a + len > r.base + r.len) continue;
+        *index = i;
+        *ino = r.ino;
+        return true;
+    }
+    return false;
+}
+
 void AdoptedPages::release(int fd) {
     for (size_t i = 0; i < ranges_.size(); ++i)
         if (ranges_[i].fd == fd) {

@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -34,6 +35,19 @@ struct SharedRange {
     uint64_t ino = 0;          // its inode: the owner may reuse the number for another file
     uint64_t file_len = 0;     // its length (what a peer maps)
     uint64_t file_offset = 0;  // where the requested start lies in it
+};
+
+// The adopted files an owner lists for its peers, in its shared segment: a peer may keep a
+// file mapped while it is listed, and reach the owner's memory through it where a bulk
+// transfer's key names the entry (ShmWire::export_memory). Written by the owner only.
+constexpr uint32_t kListedFiles = 256;
+struct ListedFile {
+    std::atomic<int32_t> fd;  // -1: a free place
+    std::atomic<uint64_t> ino, base, len;
+};
+struct FileList {
+    std::atomic<uint64_t> version;  // moves with every change (peers drop mappings of the rest)
+    ListedFile files[kListedFiles];
 };
 
 // What adoption cost this process (PtlXWireUsage, UCX_PORTALS_STATS).
@@ -76,6 +90,11 @@ public:
         for (const Range &r : ranges_) f(r.fd, r.ino);
     }
     const AdoptionStats &stats() const { return stats_; }
+    // Writes the list of files into `to` if it changed since the last call.
+    void publish(FileList *to);
+    // Whether [start, start + len) lies in a range adopted now (unmapped ones forgotten first)
+    // that is listed: its place in the list and its inode.
+    bool listed(const void *start, size_t len, uint32_t *index, uint64_t *ino);
     // PTL_DEBUG: one line on stderr per range adopted, and why ranges are not kept.
     void set_debug(bool on) { debug_ = on; }
 
@@ -98,6 +117,8 @@ private:
     bool watch_tried_ = false;
     std::vector<UnmapWatch::Range> unmapped_;
     uint64_t version_ = 0;
+    uint64_t published_ = 0;  // the version last written to a FileList
+    uint32_t published_count_ = 0;
     AdoptionStats stats_;
     bool debug_ = false;
 };

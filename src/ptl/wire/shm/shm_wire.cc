@@ -206,14 +206,82 @@ bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iov
     return false;
 }
 
+namespace {
+// A bulk key of ours: the place of the file in our list and the low bits of its inode.
+constexpr uint64_t kMappedKey = uint64_t(1) << 63;
+constexpr uint64_t kInoBits = (uint64_t(1) << 48) - 1;
+}  // namespace
+
+bool ShmWire::export_memory(PeerId, const struct iovec *pieces, int n, bool, uint64_t *keys, uint64_t *id) {
+    *id = 0;
+    for (int i = 0; i < n; ++i) {
+        uint32_t index = 0;
+        uint64_t ino = 0;
+        keys[i] = own_files_ && adopted_.listed(pieces[i].iov_base, pieces[i].iov_len, &index, &ino)
+                      ? kMappedKey | uint64_t(index) << 48 | (ino & kInoBits)
+                      : 0;
+    }
+    adopted_.publish(own_files_);  // what went since is forgotten: the list is as the keys say
+    return true;
+}
+
+char *ShmWire::mapped(Peer &p, uint64_t key, uintptr_t addr, size_t len) {
+    const uint32_t index = uint32_t(key >> 48) & 0x7fff;
+    if (!(key & kMappedKey) || !files_offset_ || index >= kListedFiles) return nullptr;
+    const RingControl *c = p.ring.control();
+    const uint64_t off = c->export_offset, size = c->export_size;
+    if (size < files_offset_ + sizeof(FileList) || off > p.len || size > p.len - off) return nullptr;
+    const auto *list = reinterpret_cast<const FileList *>(static_cast<char *>(p.base) + off + files_offset_);
+    const ListedFile &f = list->files[index];
+    const int32_t fd = f.fd.load(std::memory_order_acquire);
+    const uint64_t ino = f.ino.load(std::memory_order_relaxed), base = f.base.load(std::memory_order_relaxed),
+                   flen = f.len.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (fd < 0 || f.fd.load(std::memory_order_relaxed) != fd || (ino & kInoBits) != (key & kInoBits) ||
+        addr < base || len > flen || addr - base > flen - len)
+        return nullptr;
+    // The peer named the file for this transfer, and its memory stays mapped until it ends.
+    char *m = p.pages.map(p.os_pid, fd, ino, flen);
+    return m ? m + (addr - base) : nullptr;
+}
+
+bool ShmWire::copy_mapped(PeerId id, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                          const uint64_t *keys, bool write) {
+    Peer *p = peer(id);
+    if (!p || p->dead || !keys) return false;
+    char *few[8];
+    std::vector<char *> many;
+    char **at = few;
+    if (nr > 8) {
+        many.resize(size_t(nr));
+        at = many.data();
+    }
+    for (int i = 0; i < nr; ++i)
+        if (!(at[i] = mapped(*p, keys[i], reinterpret_cast<uintptr_t>(remote[i].iov_base), remote[i].iov_len)))
+            return false;
+    // Both lists in step: each copy as long as the shorter of the two pieces left.
+    int li = 0, ri = 0;
+    size_t loff = 0, roff = 0;
+    while (li < nl && ri < nr) {
+        const size_t k = std::min(local[li].iov_len - loff, remote[ri].iov_len - roff);
+        char *l = static_cast<char *>(local[li].iov_base) + loff, *r = at[ri] + roff;
+        if (k) std::memcpy(write ? r : l, write ? l : r, k);
+        loff += k;
+        roff += k;
+        if (loff == local[li].iov_len) ++li, loff = 0;
+        if (roff == remote[ri].iov_len) ++ri, roff = 0;
+    }
+    return true;
+}
+
 bool ShmWire::bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
-                        const uint64_t *) {
-    return cma(from, local, nl, remote, nr, false);
+                        const uint64_t *keys) {
+    return copy_mapped(from, local, nl, remote, nr, keys, false) || cma(from, local, nl, remote, nr, false);
 }
 
 bool ShmWire::bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
-                         const uint64_t *) {
-    return cma(to, local, nl, remote, nr, true);
+                         const uint64_t *keys) {
+    return copy_mapped(to, local, nl, remote, nr, keys, true) || cma(to, local, nl, remote, nr, true);
 }
 
 void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm_others,

@@ -83,6 +83,9 @@ public:
         return work;
     }
     bool has_bulk(PeerId) const override { return true; }
+    // Pieces in adopted pages get a key naming their file in our list (the peer then copies
+    // through its mapping of the file, not by cross-memory attach); others 0.
+    bool export_memory(PeerId, const struct iovec *pieces, int n, bool, uint64_t *keys, uint64_t *id) override;
     bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                    const uint64_t *keys) override;
     bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
@@ -130,9 +133,22 @@ public:
         Peer *p = peer(id);
         return p && p->backlog.empty() && p->ring.consumed_all_pushed();
     }
-    bool adopt_pages(void *start, size_t len, SharedRange *out) { return adopted_.adopt(start, len, out); }
+    bool adopt_pages(void *start, size_t len, SharedRange *out) {
+        const bool ok = adopted_.adopt(start, len, out);
+        adopted_.publish(own_files_);
+        return ok;
+    }
     bool in_adopted_pages(const void *start, size_t len) const { return adopted_.covers(start, len); }
-    void release_pages(int fd) { adopted_.release(fd); }
+    void release_pages(int fd) {
+        adopted_.release(fd);
+        adopted_.publish(own_files_);
+    }
+    // Where our adopted files are listed for peers (in our export area), and where peers'
+    // lists lie in theirs.
+    void list_files_in(FileList *own, size_t offset_in_export_area) {
+        own_files_ = own;
+        files_offset_ = offset_in_export_area;
+    }
     uint64_t adopted_version() const { return adopted_.version(); }
     template <class F>
     void for_each_adopted_file(F &&f) const {
@@ -159,6 +175,11 @@ private:
     bool flush_backlog(Peer &p);
     int flush_backlogs();  // the peers whose backlog moved on
     bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write);
+    // The same through our mappings of the peer's adopted files, where every remote piece's key
+    // names one that holds it; false (nothing moved) where one does not.
+    bool copy_mapped(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                     const uint64_t *keys, bool write);
+    char *mapped(Peer &p, uint64_t key, uintptr_t addr, size_t len);
 
     PeerId self_;
     std::string name_;
@@ -169,6 +190,8 @@ private:
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     std::atomic<int> backlog_peers_{0};
     AdoptedPages adopted_;
+    FileList *own_files_ = nullptr;
+    size_t files_offset_ = 0;
     WakeSocket wake_socket_;  // producers of other processes ring it
     std::atomic<int> sleepers_{0};  // threads in wait_for_traffic
     // An eventfd our own threads' wake() writes (other wires' watchers too).
