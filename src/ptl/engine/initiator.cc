@@ -3,8 +3,10 @@
 // SEND event, and turning ACK / REPLY responses into events (digest §7.2, §9).
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include "../wire/shm/shm_wire.h"
 #include "atomic_ops.h"
 #include "engine.h"
 #include "events.h"
@@ -25,6 +27,21 @@ bool add_segments(Wire &w, PeerId peer, const Region &r, uint64_t off, uint64_t 
         out.push_back({reinterpret_cast<uint64_t>(v[i].iov_base), v[i].iov_len, keys[i]});
     return true;
 }
+
+void drop_segments(Wire &w, SmallVec<proto::Segment, 8> &segs, uint64_t *export_id) {
+    segs.clear();
+    if (*export_id) w.release_export(std::exchange(*export_id, 0));
+}
+
+bool all_mapped(const Wire &w, const SmallVec<proto::Segment, 8> &segs) {
+    for (const proto::Segment &g : segs)
+        if (!w.bulk_by_mapping(&g.key, 1)) return false;
+    return !segs.empty();
+}
+
+// Gets this small have their reply inline even from mapped memory: the bulk reply's extra
+// segment list and lookups cost more than copying a few cells.
+constexpr uint64_t kMappedGetMin = 4096;
 
 }  // namespace
 
@@ -164,9 +181,16 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     bool rndv = false;
     uint64_t export_id = 0;
     if (kind == TrigKind::Get) {
-        if (a.length > cfg_.rndv_threshold && w && w->has_bulk(peer) &&
-            add_segments(*w, peer, get_md->region, get_off, a.length, true, segs, &export_id))
-            h.flags |= proto::kBulkReply;
+        // Below the threshold only where the target writes the reply through a mapping of ours
+        // (one copy, where inline is two): the shm wire's adopted pages.
+        const bool big = a.length > cfg_.rndv_threshold;
+        if ((big || (a.length > kMappedGetMin && w == shm_.get())) && w && w->has_bulk(peer) &&
+            add_segments(*w, peer, get_md->region, get_off, a.length, true, segs, &export_id)) {
+            if (big || all_mapped(*w, segs))
+                h.flags |= proto::kBulkReply;
+            else
+                drop_segments(*w, segs, &export_id);
+        }
     } else {
         const bool volatile_fits =
             (put_md->desc.options & PTL_MD_VOLATILE) && operand_len + a.length <= payload_room;
