@@ -111,6 +111,13 @@ int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsign
  *   tcp_connections   sockets of the tcp wire, both directions (an RDMA peer's closes once its
  *                     QP is up: they carry setup and the peers without RDMA)
  *   rdma_qps_closed   RDMA connections closed to stay within PTL_VERBS_MAX_QPS, by either side
+ *   pages_adopted     ranges of this process's memory copied into a memory file so that peers
+ *                     on this host reach them directly (the direct path; each range once while
+ *                     it stays mapped)
+ *   adopted_bytes     bytes those copies moved
+ *   adoptions_reused  requests answered from a range adopted before (no copy)
+ *   peer_maps         peers' adopted files this process mapped (each an open of /proc/PID/fd
+ *                     and an mmap, once per file while the peer keeps it)
  * Returns PTL_OK, PTL_ARG_INVALID for a bad handle or a NULL `usage`, PTL_NO_INIT. PTL_TRACE
  * prints the same figures as each connection comes up. */
 typedef struct {
@@ -119,6 +126,10 @@ typedef struct {
     ptl_size_t rdma_peers;
     ptl_size_t tcp_connections;
     ptl_size_t rdma_qps_closed;
+    ptl_size_t pages_adopted;
+    ptl_size_t adopted_bytes;
+    ptl_size_t adoptions_reused;
+    ptl_size_t peer_maps;
 } ptlx_wire_usage_t;
 /* The struct grows at its end as figures are added: a caller says how much of it it has, and
  * only that much is written (binaries built against an older header keep working). */

@@ -52,3 +52,35 @@ check_offload() {  # ranks file
       exit bad
     }' "$2" || { echo "tag offload was not used:" >&2; cat "$2" >&2; exit 1; }
 }
+
+# Issue 58: the adoption counters of a run (UCX_PORTALS_STATS=y lines), summed over the job's
+# processes (every iface of a process prints the same process-wide figures: the largest
+# counts): "<pages adopted> <peer files mapped>".
+adoption_counts() {  # file
+  awk '/^portals stats:/ {
+    pid = $4
+    for (i = 1; i < NF; ++i) {
+      if ($i == "adopted" && $(i + 1) + 0 > a[pid]) a[pid] = $(i + 1) + 0
+      if ($i == "mapped" && $(i + 1) + 0 > m[pid]) m[pid] = $(i + 1) + 0
+    }
+  }
+  END { for (p in a) { ta += a[p]; tm += m[p] } printf "%d %d\n", ta, tm }' "$1"
+}
+
+# A page-aligned ping-pong (aligned_pingpong) with 10 and with 200 round trips per size: the
+# pages adopted and the peers' files mapped may not grow with the round trips (a few for
+# the registration cache's growing regions are allowed).
+check_no_adoption_per_message() {  # label run-command... (the command gets the iterations last)
+  label=$1
+  shift
+  few_out=$(mktemp) many_out=$(mktemp)
+  UCX_PORTALS_STATS=y "$@" 10 </dev/null >"$few_out" 2>&1 || { cat "$few_out"; rm -f "$few_out" "$many_out"; return 1; }
+  UCX_PORTALS_STATS=y "$@" 200 </dev/null >"$many_out" 2>&1 || { cat "$many_out"; rm -f "$few_out" "$many_out"; return 1; }
+  set -- $(adoption_counts "$few_out") $(adoption_counts "$many_out")
+  rm -f "$few_out" "$many_out"
+  echo "$label: pages adopted $1, peer files mapped $2 with 10 round trips per size; $3 and $4 with 200"
+  if [ "$1" -eq 0 ] || [ "$3" -gt $(($1 + 2)) ] || [ "$4" -gt $(($2 + 2)) ]; then
+    echo "$label: adoption or mapping grows with the messages (or none was seen)" >&2
+    return 1
+  fi
+}

@@ -6,7 +6,9 @@
 #   MPICH (ch4:ucx): point-to-point and collectives (one-sided with 2 ranks: MPICH's passive
 #     target needs the target to poll, which takes 10 s oversubscribed with any transport);
 #   tag offload: receives posted before their messages (1 KiB to 1 MiB) are matched by the
-#     Portals engine, as its counters (UCX_PORTALS_STATS=y) show, under both MPIs.
+#     Portals engine, as its counters (UCX_PORTALS_STATS=y) show, under both MPIs;
+#   page-aligned buffers: a ping-pong neither adopts pages nor maps a peer's file per message
+#     (issue 58), under both MPIs.
 # A stack that is not installed is skipped with a message; 77 if none is.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +34,9 @@ if [ -n "$MPI_PROGRAMS" ]; then
       -n $n "$MPI_PROGRAMS/tag_offload" </dev/null >"$out" 2>&1 || { cat "$out"; exit 1; }
     check_offload $n "$out"
   done
+  echo "== Open MPI -n 2 aligned_pingpong (UCX_PORTALS_STATS=y)"
+  check_no_adoption_per_message "Open MPI aligned_pingpong" timeout 120 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS \
+    $OMPI_UCX_FLAGS -x UCX_PORTALS_STATS -n 2 "$MPI_PROGRAMS/aligned_pingpong"
 else
   echo "== Open MPI: skipped ($MPI_SKIP)"
 fi
@@ -65,6 +70,9 @@ if [ -n "$MPICH_PROGRAMS" ]; then
   UCX_PORTALS_STATS=y timeout 120 "$HYDRA_MPIEXEC" -n 2 "$MPICH_PROGRAMS/tag_offload" </dev/null >"$out" 2>&1 ||
     { cat "$out"; exit 1; }
   check_offload 2 "$out"
+  echo "== MPICH -n 2 aligned_pingpong (UCX_PORTALS_STATS=y)"
+  check_no_adoption_per_message "MPICH aligned_pingpong" timeout 120 "$HYDRA_MPIEXEC" -n 2 \
+    "$MPICH_PROGRAMS/aligned_pingpong"
 else
   echo "== MPICH: skipped ($MPICH_SKIP)"
 fi

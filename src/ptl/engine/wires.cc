@@ -252,6 +252,13 @@ int Engine::wire_usage(ptl_handle_ni_t h, ptlx_wire_usage_t *usage) {
     }
 #endif
     if (tcp_) usage->tcp_connections = tcp_->connections();
+    if (shm_) {
+        const shm::AdoptionStats &a = shm_->adoption_stats();
+        usage->pages_adopted = a.adoptions;
+        usage->adopted_bytes = a.bytes_copied;
+        usage->adoptions_reused = a.reused;
+        usage->peer_maps = shm_->peer_maps_made();
+    }
     return PTL_OK;
 }
 

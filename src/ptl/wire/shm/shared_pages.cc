@@ -419,6 +419,7 @@ char *PeerPages::map(pid_t owner, int fd, uint64_t ino, uint64_t len) {
     void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     close(f);
     if (p == MAP_FAILED) return nullptr;
+    ++maps_made_;
     if (it != by_fd_.end()) {
         munmap(it->second.base, it->second.len);
         by_fd_.erase(it);

@@ -135,8 +135,9 @@ public:
     // The mapping of the owner's `fd` (inode `ino`, length `len`), made on first use; null if
     // it cannot be.
     char *map(pid_t owner, int fd, uint64_t ino, uint64_t len);
-    // Unmaps every file but the (fd, inode) pairs given: those of the owner's live exports.
+    // Unmaps every file but the (fd, inode) pairs given: those the owner lists.
     void retain(const std::vector<std::pair<int, uint64_t>> &live);
+    uint64_t maps_made() const { return maps_made_; }  // mmap calls (issue 58: not per message)
 
 private:
     struct Mapping {
@@ -145,6 +146,7 @@ private:
         uint64_t ino;
     };
     std::map<int, Mapping> by_fd_;
+    uint64_t maps_made_ = 0;
 };
 
 }  // namespace ptl::shm

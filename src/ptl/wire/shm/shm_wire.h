@@ -156,6 +156,12 @@ public:
         adopted_.for_each_file(f);
     }
     const AdoptionStats &adoption_stats() const { return adopted_.stats(); }
+    // Mappings of peers' adopted files made so far (each an open of /proc/PID/fd and an mmap).
+    uint64_t peer_maps_made() const {
+        uint64_t n = 0;
+        for (const auto &[id, p] : peers_) n += p->pages.maps_made();
+        return n;
+    }
     void set_adoption_debug(bool on) { adopted_.set_debug(on); }
     // Drops our mappings of the peer's files but those its live exports name.
     void retain_peer_pages(PeerId id, const std::vector<std::pair<int, uint64_t>> &live) {
