@@ -1,52 +1,109 @@
 #!/bin/bash
-# MPI point-to-point over UCX_TLS=portals next to UCX's own shared-memory (sm) and tcp
-# transports, in one run, back to back: Open MPI (pml ucx) with 2 ranks on this host runs
-# bench/mpi_bench for latency, bandwidth and message rate under each UCX_TLS, and one table
-# per test shows every transport and "portals x": how many times faster portals is
-# (latency: theirs/ours; bandwidth and rate: ours/theirs; > 1 means portals wins).
+# MPI point-to-point over UCX_TLS=portals next to UCX's own shared-memory transports (sm) in
+# one run, back to back: Open MPI (pml ucx) and MPICH (ch4:ucx), 2 ranks on this host, run
+# bench/mpi_bench for latency (ping-pong), streaming bandwidth (a window of 64) and message
+# rate, with separate send and receive buffers of each kind (page-aligned as OSU allocates
+# them, unaligned malloc, MPI_Alloc_mem). Values are averages over every iteration (the best
+# trial is in the raw lines); one table per MPI, test and buffer kind shows both transports and
+# "portals x": latency sm/portals, bandwidth and rate portals/sm (> 1: portals wins).
+# Where the OSU micro-benchmarks are built (OSU_OMPI=DIR, OSU_MPICH=DIR: the directory holding
+# osu_latency and osu_bw; CI cannot fetch them), their osu_latency and osu_bw run beside.
 #   bench/mpi_matrix.sh [BUILD_DIR] > bench/mpi_report.txt
-# BENCH_QUICK=1 runs a tenth of the iterations (a smoke run, not a measurement).
+# BENCH_QUICK=1 runs a tenth of the iterations (a smoke run, not a measurement);
+# MPI_MATRIX_KINDS, MPI_MATRIX_TESTS, MPI_MATRIX_MPIS, MPI_MATRIX_TLS narrow or widen it
+# (defaults: "aligned unaligned alloc_mem", "lat bw rate", "ompi mpich", "portals sm").
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/_build}
 [ -f "$build/env.sh" ] || { echo "mpi_matrix: no $build/env.sh (run contrib/build.sh)" >&2; exit 1; }
-make -s -C "$build" bench/mpi_bench
-bench=$build/bench/mpi_bench
 b=$build
 . "$top/test/launcher_env.sh"
 . "$build/env.sh"
 iters=2000
 [ "${BENCH_QUICK:-0}" = 1 ] && iters=200
-tls=(portals sm tcp)
+read -r -a kinds <<<"${MPI_MATRIX_KINDS:-aligned unaligned alloc_mem}"
+read -r -a tests <<<"${MPI_MATRIX_TESTS:-lat bw rate}"
+read -r -a mpis <<<"${MPI_MATRIX_MPIS:-ompi mpich}"
+read -r -a tls <<<"${MPI_MATRIX_TLS:-portals sm}"
+for m in "${mpis[@]}"; do
+  case $m in
+    ompi) make -s -C "$build" bench/mpi_bench ;;
+    mpich) make -s -C "$build" bench/mpi_bench_mpich ;;
+    *) echo "mpi_matrix: unknown MPI $m (ompi, mpich)" >&2; exit 2 ;;
+  esac
+done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-run() { # TL TEST MIN MAX
-  UCX_TLS=$1,self "$OMPI_MPIRUN" --mca pml ucx -x LD_PRELOAD -x UCX_TLS --bind-to none -n 2 \
-    "$bench" "$2" "$3" "$4" "$iters" </dev/null
-}
-
-echo "# bench/mpi_matrix.sh on $(hostname), $(date -u +%Y-%m-%d), $(nproc) CPUs; Open MPI $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full://p'), pml ucx, 2 ranks"
-echo "# best of 5 trials per size (bench/mpi_bench.c); portals x > 1: portals faster"
-for test in lat bw rate; do
-  case $test in
-    lat) min=0 max=$((1 << 20)) ;;
-    bw) min=1 max=$((4 << 20)) ;;
-    rate) min=1 max=8192 ;;
+launch() { # MPI TL PROGRAM ARGS...
+  local m=$1 tl=$2
+  shift 2
+  case $m in
+    ompi) UCX_TLS=$tl,self "$OMPI_MPIRUN" --mca pml ucx -x LD_PRELOAD -x UCX_TLS --bind-to none -n 2 "$@" </dev/null ;;
+    mpich) UCX_TLS=$tl,self "$HYDRA_MPIEXEC" -n 2 "$@" </dev/null ;;
   esac
-  for tl in "${tls[@]}"; do
-    run "$tl" $test $min $max > "$tmp/$test.$tl" 2>"$tmp/$test.$tl.err" ||
-      { echo "mpi_matrix: $test over $tl failed:" >&2; cat "$tmp/$test.$tl.err" >&2; exit 1; }
+}
+bench_of() { [ "$1" = ompi ] && echo "$build/bench/mpi_bench" || echo "$build/bench/mpi_bench_mpich"; }
+name_of() { [ "$1" = ompi ] && echo "Open MPI $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full://p') (pml ucx)" ||
+  echo "MPICH $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version:[[:space:]]*//p') (ch4:ucx)"; }
+
+cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+echo "# bench/mpi_matrix.sh on $(hostname), $(date -u +%Y-%m-%d), $(nproc) CPUs: $cpu; kernel $(uname -r); UCX $(ucx_info -v | sed -n "s/^# Version //p")"
+echo "# 2 ranks, separate send and receive buffers; averages over all iterations of 5 trials (bench/mpi_bench.c)"
+echo "# portals x: latency sm/portals, bandwidth and rate portals/sm (> 1: portals faster)"
+for m in "${mpis[@]}"; do
+  for test in "${tests[@]}"; do
+    case $test in
+      lat) min=0 max=$((1 << 20)) ;;
+      bw) min=1 max=$((4 << 20)) ;;
+      rate) min=1 max=8192 ;;
+    esac
+    for kind in "${kinds[@]}"; do
+      for tl in "${tls[@]}"; do
+        launch "$m" "$tl" "$(bench_of "$m")" "$test" $min $max $iters "$kind" >"$tmp/out.$tl" 2>"$tmp/err.$tl" ||
+          { echo "mpi_matrix: $m $test $kind over $tl failed:" >&2; cat "$tmp/err.$tl" >&2; exit 1; }
+      done
+      echo
+      echo "## $(name_of "$m"), $test, $kind buffers"
+      printf '%10s' bytes
+      for tl in "${tls[@]}"; do printf ' %12s' "$tl"; done
+      [ "${#tls[@]}" -gt 1 ] && printf ' %12s' "portals x"
+      echo
+      files=()
+      for tl in "${tls[@]}"; do files+=("$tmp/out.$tl"); done
+      paste "${files[@]}" | awk -v test=$test -v n=${#tls[@]} '{
+        printf "%10s", $2
+        for (i = 0; i < n; ++i) printf " %12s", $(3 + 6 * i)
+        if (n > 1) {
+          ours = $3; theirs = $9
+          printf " %12.2f", test == "lat" ? theirs / ours : ours / theirs
+        }
+        printf "\n"
+      }'
+    done
   done
-  echo
-  printf '%-8s %10s' "$test" bytes
-  for tl in "${tls[@]}"; do printf ' %12s' "$tl"; done
-  for tl in "${tls[@]:1}"; do printf ' %12s' "portals/$tl"; done
-  echo
-  paste "$tmp/$test.portals" "$tmp/$test.sm" "$tmp/$test.tcp" | awk -v test=$test '{
-    ours = $3; sm = $7; tcp = $11
-    r_sm = test == "lat" ? sm / ours : ours / sm
-    r_tcp = test == "lat" ? tcp / ours : ours / tcp
-    printf "%-8s %10s %12s %12s %12s %12.2f %12.2f\n", $4, $2, ours, sm, tcp, r_sm, r_tcp
-  }'
+  osu=$([ "$m" = ompi ] && echo "${OSU_OMPI:-}" || echo "${OSU_MPICH:-}")
+  if [ -n "$osu" ] && [ -x "$osu/osu_latency" ]; then
+    for t in osu_latency osu_bw; do
+      for tl in "${tls[@]}"; do
+        launch "$m" "$tl" "$osu/$t" >"$tmp/osu.$tl" 2>"$tmp/err.$tl" ||
+          { echo "mpi_matrix: $m $t over $tl failed:" >&2; cat "$tmp/err.$tl" >&2; exit 1; }
+        grep -v '^#' "$tmp/osu.$tl" | awk 'NF == 2' >"$tmp/osu.$tl.rows"
+      done
+      echo
+      echo "## $(name_of "$m"), OSU $t ($(grep -m1 '^# OSU' "$tmp/osu.${tls[0]}" | sed 's/^# //'))"
+      printf '%10s' bytes
+      for tl in "${tls[@]}"; do printf ' %12s' "$tl"; done
+      [ "${#tls[@]}" -gt 1 ] && printf ' %12s' "portals x"
+      echo
+      files=()
+      for tl in "${tls[@]}"; do files+=("$tmp/osu.$tl.rows"); done
+      paste "${files[@]}" | awk -v t=$t -v n=${#tls[@]} '{
+        printf "%10s", $1
+        for (i = 0; i < n; ++i) printf " %12s", $(2 + 2 * i)
+        if (n > 1) printf " %12.2f", t == "osu_latency" ? $4 / $2 : $2 / $4
+        printf "\n"
+      }'
+    done
+  fi
 done
