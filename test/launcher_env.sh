@@ -68,8 +68,10 @@ adoption_counts() {  # file
 }
 
 # A page-aligned ping-pong (aligned_pingpong) with 10 and with 200 round trips per size: the
-# pages adopted and the peers' files mapped may not grow with the round trips (a few for
-# the registration cache's growing regions are allowed).
+# pages adopted and the peers' files mapped may not grow with the round trips. The extra
+# 3,420 messages of the longer run (190 round trips x 9 sizes) may add at most 16 to either
+# count (a registration dropped by UCX's cache as it grows a region, seen at 3), where an
+# adoption or a mapping per message would add thousands.
 check_no_adoption_per_message() {  # label run-command... (the command gets the iterations last)
   label=$1
   shift
@@ -79,7 +81,7 @@ check_no_adoption_per_message() {  # label run-command... (the command gets the 
   set -- $(adoption_counts "$few_out") $(adoption_counts "$many_out")
   rm -f "$few_out" "$many_out"
   echo "$label: pages adopted $1, peer files mapped $2 with 10 round trips per size; $3 and $4 with 200"
-  if [ "$1" -eq 0 ] || [ "$3" -gt $(($1 + 2)) ] || [ "$4" -gt $(($2 + 2)) ]; then
+  if [ "$1" -eq 0 ] || [ "$3" -gt $(($1 + 16)) ] || [ "$4" -gt $(($2 + 16)) ]; then
     echo "$label: adoption or mapping grows with the messages (or none was seen)" >&2
     return 1
   fi

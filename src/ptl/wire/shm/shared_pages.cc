@@ -284,8 +284,12 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     uintptr_t lo = base, hi = end;
     for (bool grew = true; grew;) {
         grew = false;
-        for (const Range &r : ranges_) {
+        for (Range &r : ranges_) {
             if (r.gone || !(lo < r.base + r.len && r.base < hi)) continue;
+            if (!r.watched && !still_adopted(r.base, r.len, r.ino)) {
+                r.gone = true;  // unmapped unseen: what is there now is not its file's
+                continue;
+            }
             if (r.users) return false;  // partly adopted already, and in use
             if (r.base < lo || r.base + r.len > hi) {
                 lo = std::min(lo, r.base);
@@ -352,14 +356,24 @@ void AdoptedPages::publish(FileList *to) {
     for (const Range &r : ranges_) {
         if (n == kListedFiles) break;  // peers map the others again when they need them
         ListedFile &f = to->files[n++];
-        f.fd.store(-1, std::memory_order_relaxed);  // not half old, half new to a reader
+        if (f.fd.load(std::memory_order_relaxed) == r.fd && f.ino.load(std::memory_order_relaxed) == r.ino &&
+            f.base.load(std::memory_order_relaxed) == r.base && f.len.load(std::memory_order_relaxed) == r.len)
+            continue;
+        f.seq.fetch_add(1, std::memory_order_relaxed);  // odd: a reader sees neither old nor new
         std::atomic_thread_fence(std::memory_order_release);
+        f.fd.store(r.fd, std::memory_order_relaxed);
         f.ino.store(r.ino, std::memory_order_relaxed);
         f.base.store(r.base, std::memory_order_relaxed);
         f.len.store(r.len, std::memory_order_relaxed);
-        f.fd.store(r.fd, std::memory_order_release);
+        f.seq.fetch_add(1, std::memory_order_release);
     }
-    for (uint32_t i = n; i < published_count_; ++i) to->files[i].fd.store(-1, std::memory_order_release);
+    for (uint32_t i = n; i < published_count_; ++i) {
+        ListedFile &f = to->files[i];
+        f.seq.fetch_add(1, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_release);
+        f.fd.store(-1, std::memory_order_relaxed);
+        f.seq.fetch_add(1, std::memory_order_release);
+    }
     published_count_ = n;
     to->version.fetch_add(1, std::memory_order_release);
 }

@@ -42,7 +42,8 @@ struct SharedRange {
 // transfer's key names the entry (ShmWire::export_memory). Written by the owner only.
 constexpr uint32_t kListedFiles = 256;
 struct ListedFile {
-    std::atomic<int32_t> fd;  // -1: a free place
+    std::atomic<uint32_t> seq;  // odd while the owner rewrites the place (a seqlock)
+    std::atomic<int32_t> fd;    // -1: a free place
     std::atomic<uint64_t> ino, base, len;
 };
 struct FileList {

@@ -239,12 +239,13 @@ char *ShmWire::mapped(Peer &p, uint64_t key, uintptr_t addr, size_t len) {
     if (size < files_offset_ + sizeof(FileList) || off > p.len || size > p.len - off) return nullptr;
     const auto *list = reinterpret_cast<const FileList *>(static_cast<char *>(p.base) + off + files_offset_);
     const ListedFile &f = list->files[index];
-    const int32_t fd = f.fd.load(std::memory_order_acquire);
+    const uint32_t seq = f.seq.load(std::memory_order_acquire);
+    const int32_t fd = f.fd.load(std::memory_order_relaxed);
     const uint64_t ino = f.ino.load(std::memory_order_relaxed), base = f.base.load(std::memory_order_relaxed),
                    flen = f.len.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (fd < 0 || f.fd.load(std::memory_order_relaxed) != fd || (ino & kInoBits) != (key & kInoBits) ||
-        addr < base || len > flen || addr - base > flen - len)
+    if ((seq & 1) || f.seq.load(std::memory_order_relaxed) != seq || fd < 0 ||
+        (ino & kInoBits) != (key & kInoBits) || addr < base || len > flen || addr - base > flen - len)
         return nullptr;
     // The peer named the file for this transfer, and its memory stays mapped until it ends.
     char *m = p.pages.map(p.os_pid, fd, ino, flen);
