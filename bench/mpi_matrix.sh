@@ -43,6 +43,24 @@ launch() { # MPI TL PROGRAM ARGS...
     mpich) UCX_TLS=$tl,self "$HYDRA_MPIEXEC" -n 2 "$@" </dev/null ;;
   esac
 }
+# One table from "$tmp/WHAT.<transport>.rows" (size value per line): every transport's value
+# and portals' ratio to the second transport (LOWER: 1 when lower values are better).
+table() { # TITLE LOWER WHAT
+  echo
+  echo "## $1"
+  printf '%10s' bytes
+  for tl in "${tls[@]}"; do printf ' %12s' "$tl"; done
+  if [ "${#tls[@]}" -gt 1 ]; then printf ' %12s' "portals x"; fi
+  echo
+  local files=()
+  for tl in "${tls[@]}"; do files+=("$tmp/$3.$tl.rows"); done
+  paste "${files[@]}" | awk -v lower="$2" -v n=${#tls[@]} '{
+    printf "%10s", $1
+    for (i = 0; i < n; ++i) printf " %12s", $(2 + 2 * i)
+    if (n > 1) printf " %12.2f", lower ? $4 / $2 : $2 / $4
+    printf "\n"
+  }'
+}
 bench_of() { [ "$1" = ompi ] && echo "$build/bench/mpi_bench" || echo "$build/bench/mpi_bench_mpich"; }
 name_of() { [ "$1" = ompi ] && echo "Open MPI $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full://p') (pml ucx)" ||
   echo "MPICH $(mpichversion 2>/dev/null | sed -n 's/^MPICH Version:[[:space:]]*//p') (ch4:ucx)"; }
@@ -62,24 +80,9 @@ for m in "${mpis[@]}"; do
       for tl in "${tls[@]}"; do
         launch "$m" "$tl" "$(bench_of "$m")" "$test" $min $max $iters "$kind" >"$tmp/out.$tl" 2>"$tmp/err.$tl" ||
           { echo "mpi_matrix: $m $test $kind over $tl failed:" >&2; cat "$tmp/err.$tl" >&2; exit 1; }
+        awk '{print $2, $3}' "$tmp/out.$tl" >"$tmp/out.$tl.rows"
       done
-      echo
-      echo "## $(name_of "$m"), $test, $kind buffers"
-      printf '%10s' bytes
-      for tl in "${tls[@]}"; do printf ' %12s' "$tl"; done
-      [ "${#tls[@]}" -gt 1 ] && printf ' %12s' "portals x"
-      echo
-      files=()
-      for tl in "${tls[@]}"; do files+=("$tmp/out.$tl"); done
-      paste "${files[@]}" | awk -v test=$test -v n=${#tls[@]} '{
-        printf "%10s", $2
-        for (i = 0; i < n; ++i) printf " %12s", $(3 + 6 * i)
-        if (n > 1) {
-          ours = $3; theirs = $9
-          printf " %12.2f", test == "lat" ? theirs / ours : ours / theirs
-        }
-        printf "\n"
-      }'
+      table "$(name_of "$m"), $test, $kind buffers" "$([ $test = lat ] && echo 1 || echo 0)" out
     done
   done
   osu=$([ "$m" = ompi ] && echo "${OSU_OMPI:-}" || echo "${OSU_MPICH:-}")
@@ -90,20 +93,8 @@ for m in "${mpis[@]}"; do
           { echo "mpi_matrix: $m $t over $tl failed:" >&2; cat "$tmp/err.$tl" >&2; exit 1; }
         grep -v '^#' "$tmp/osu.$tl" | awk 'NF == 2' >"$tmp/osu.$tl.rows"
       done
-      echo
-      echo "## $(name_of "$m"), OSU $t ($(grep -m1 '^# OSU' "$tmp/osu.${tls[0]}" | sed 's/^# //'))"
-      printf '%10s' bytes
-      for tl in "${tls[@]}"; do printf ' %12s' "$tl"; done
-      [ "${#tls[@]}" -gt 1 ] && printf ' %12s' "portals x"
-      echo
-      files=()
-      for tl in "${tls[@]}"; do files+=("$tmp/osu.$tl.rows"); done
-      paste "${files[@]}" | awk -v t=$t -v n=${#tls[@]} '{
-        printf "%10s", $1
-        for (i = 0; i < n; ++i) printf " %12s", $(2 + 2 * i)
-        if (n > 1) printf " %12.2f", t == "osu_latency" ? $4 / $2 : $2 / $4
-        printf "\n"
-      }'
+      table "$(name_of "$m"), OSU $t ($(grep -m1 '^# OSU' "$tmp/osu.${tls[0]}" | sed 's/^# //'))" \
+        "$([ $t = osu_latency ] && echo 1 || echo 0)" osu
     done
   fi
 done

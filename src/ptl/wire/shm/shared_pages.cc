@@ -308,8 +308,9 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     uint64_t copied = 0;
     bool ok = ftruncate(fd, off_t(hi - lo)) == 0;
     for (const Vma &v : vmas)
-        if (ok) ok = copy_pages(fd, lo, std::max<uintptr_t>(v.lo, lo), std::min<uintptr_t>(v.hi, hi), anonymous(v),
-                                &copied);
+        if (ok)
+            ok = copy_pages(fd, lo, std::max<uintptr_t>(v.lo, lo), std::min<uintptr_t>(v.hi, hi),
+                            anonymous(v), &copied);
     // One call replaces the pages: no moment in which the range is unmapped.
     if (!ok || mmap(reinterpret_cast<void *>(lo), hi - lo, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
                     0) == MAP_FAILED) {
@@ -328,8 +329,10 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
         std::string why;
         watch_ = UnmapWatch::open(&why, 1024);
         if (!watch_ && debug_)
-            std::fprintf(stderr, "portals debug: pid %d: no unmap watch (%s): adopted pages are copied again for "
-                         "each entry that uses them\n", int(getpid()), why.c_str());
+            std::fprintf(stderr,
+                         "portals debug: pid %d: no unmap watch (%s): adopted pages are copied again for "
+                         "each entry that uses them\n",
+                         int(getpid()), why.c_str());
     }
     take_unmapped(lo, hi);  // our own remap of ranges watched before
     const bool watched = watch_ && watch_->watch(lo, hi);
@@ -339,12 +342,13 @@ bool AdoptedPages::adopt(void *start, size_t len, SharedRange *out) {
     ++stats_.adoptions;
     stats_.bytes_copied += copied;
     if (debug_)
-        std::fprintf(stderr,
-                     "portals debug: pid %d adopted 0x%lx-0x%lx (%lu bytes, %lu copied) into a memory file: peers "
-                     "on this host access it directly%s\n",
-                     int(getpid()), (unsigned long)lo, (unsigned long)hi, (unsigned long)(hi - lo),
-                     (unsigned long)copied,
-                     watched ? "; it stays shared until unmapped" : "; not watched: copied again after its last user");
+        std::fprintf(
+            stderr,
+            "portals debug: pid %d adopted 0x%lx-0x%lx (%lu bytes, %lu copied) into a memory file: peers "
+            "on this host access it directly%s\n",
+            int(getpid()), (unsigned long)lo, (unsigned long)hi, (unsigned long)(hi - lo),
+            (unsigned long)copied,
+            watched ? "; it stays shared until unmapped" : "; not watched: copied again after its last user");
     *out = {fd, uint64_t(st.st_ino), hi - lo, base - lo};
     return true;
 }
@@ -357,7 +361,8 @@ void AdoptedPages::publish(FileList *to) {
         if (n == kListedFiles) break;  // peers map the others again when they need them
         ListedFile &f = to->files[n++];
         if (f.fd.load(std::memory_order_relaxed) == r.fd && f.ino.load(std::memory_order_relaxed) == r.ino &&
-            f.base.load(std::memory_order_relaxed) == r.base && f.len.load(std::memory_order_relaxed) == r.len)
+            f.base.load(std::memory_order_relaxed) == r.base &&
+            f.len.load(std::memory_order_relaxed) == r.len)
             continue;
         f.seq.fetch_add(1, std::memory_order_relaxed);  // odd: a reader sees neither old nor new
         std::atomic_thread_fence(std::memory_order_release);

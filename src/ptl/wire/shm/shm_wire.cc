@@ -264,7 +264,8 @@ bool ShmWire::copy_mapped(PeerId id, const struct iovec *local, int nl, const st
         at = many.data();
     }
     for (int i = 0; i < nr; ++i)
-        if (!(at[i] = mapped(*p, keys[i], reinterpret_cast<uintptr_t>(remote[i].iov_base), remote[i].iov_len)))
+        if (!(at[i] =
+                  mapped(*p, keys[i], reinterpret_cast<uintptr_t>(remote[i].iov_base), remote[i].iov_len)))
             return false;
     // Both lists in step: each copy as long as the shorter of the two pieces left.
     int li = 0, ri = 0;

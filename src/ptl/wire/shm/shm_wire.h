@@ -21,8 +21,8 @@
 namespace ptl::shm {
 
 struct ShmConfig {
-    uint32_t ncells = 4096;    // PTL_SHM_CELLS (power of two)
-    uint32_t cell_size = 256;  // PTL_SHM_CELL_SIZE (bytes)
+    uint32_t ncells = 4096;     // PTL_SHM_CELLS (power of two)
+    uint32_t cell_size = 256;   // PTL_SHM_CELL_SIZE (bytes)
     uint64_t export_bytes = 0;  // the engine's export area (direct_exports.h)
 };
 
@@ -85,7 +85,8 @@ public:
     bool has_bulk(PeerId) const override { return true; }
     // Pieces in adopted pages get a key naming their file in our list (the peer then copies
     // through its mapping of the file, not by cross-memory attach); others 0.
-    bool export_memory(PeerId, const struct iovec *pieces, int n, bool, uint64_t *keys, uint64_t *id) override;
+    bool export_memory(PeerId, const struct iovec *pieces, int n, bool, uint64_t *keys,
+                       uint64_t *id) override;
     bool bulk_by_mapping(const uint64_t *keys, int n) const override;
     bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                    const uint64_t *keys) override;
@@ -199,7 +200,7 @@ private:
     AdoptedPages adopted_;
     FileList *own_files_ = nullptr;
     size_t files_offset_ = 0;
-    WakeSocket wake_socket_;  // producers of other processes ring it
+    WakeSocket wake_socket_;        // producers of other processes ring it
     std::atomic<int> sleepers_{0};  // threads in wait_for_traffic
     // An eventfd our own threads' wake() writes (other wires' watchers too).
     std::atomic<int> self_wake_fd_{-1};
