@@ -123,13 +123,15 @@ int main(int argc, char **argv) {
     const int base_iters = argc > 4 ? atoi(argv[4]) : 2000;
     const char *kind_name = argc > 5 ? argv[5] : "aligned";
     const int lat = !strcmp(test, "lat"), rate = !strcmp(test, "rate");
-    enum kind kind = !strcmp(kind_name, "aligned") ? ALIGNED : !strcmp(kind_name, "unaligned") ? UNALIGNED
-                                                                                           : ALLOC_MEM;
+    enum kind kind = !strcmp(kind_name, "aligned")     ? ALIGNED
+                     : !strcmp(kind_name, "unaligned") ? UNALIGNED
+                                                       : ALLOC_MEM;
     if (nranks != 2 || (!lat && !rate && strcmp(test, "bw")) ||
         (kind == ALLOC_MEM && strcmp(kind_name, "alloc_mem"))) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n 2 mpi_bench [lat|bw|rate] [min] [max] [iterations] "
-                            "[aligned|unaligned|alloc_mem]\n");
+            fprintf(stderr,
+                    "usage: mpirun -n 2 mpi_bench [lat|bw|rate] [min] [max] [iterations] "
+                    "[aligned|unaligned|alloc_mem]\n");
         MPI_Finalize();
         return 2;
     }
