@@ -122,6 +122,24 @@ TEST(UnmapWatch, TwoWatchesOfOneRangeEachSeeItGoAfterTheOtherLetGo) {
     munmap(p, 4 * kPage);
 }
 
+// The shm wire adopts pages the verbs cache watched: its MAP_FIXED ends the cache's watch (an
+// event for it), the shm side then watches the new mapping, and the cache's unwatch of its
+// old range must not take the new watch away (it once did: the count was the process's).
+TEST(UnmapWatch, AWatchLettingGoOfARangeRemappedSinceLeavesTheNewWatchOfIt) {
+    auto cache = open_watch(), adopted = open_watch();
+    ASSERT_TRUE(cache && adopted);
+    char *p = map_pages(2);
+    ASSERT_TRUE(cache->watch(at(p), at(p) + 2 * kPage));
+    void *q = mmap(p, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ASSERT_EQ(q, p);
+    ASSERT_TRUE(adopted->watch(at(p), at(p) + 2 * kPage));
+    EXPECT_TRUE(covers(taken(*cache), at(p), at(p) + 2 * kPage));
+    cache->unwatch(at(p), at(p) + 2 * kPage);  // what the cache does with a range gone
+    taken(*adopted);
+    ASSERT_EQ(munmap(p, 2 * kPage), 0);
+    EXPECT_TRUE(covers(taken(*adopted), at(p), at(p) + 2 * kPage)) << "the new watch went with the old";
+}
+
 // Adopted pages are a shared mapping of a memory file (shmem): watchable, as anonymous memory.
 TEST(UnmapWatch, AMemoryFileMappingIsWatched) {
     auto w = open_watch();

@@ -73,31 +73,61 @@ struct UnmapWatch::Core {
             sched_yield();
     }
 
-    // counts[k] is how many watches want the pages from k to the next key. Only consumers'
-    // threads change it (the reader only notes what went, in `unmapped`).
-    void split(uintptr_t x) {
+    // Each watch's counts: counts[k] is how often it wants the pages from k to the next key.
+    // Only consumers' threads change them (the reader only notes what went, in `unmapped`).
+    using Counts = std::map<uintptr_t, int>;
+    static void split(Counts &counts, uintptr_t x) {
         auto it = counts.upper_bound(x);
         const int c = it == counts.begin() ? 0 : std::prev(it)->second;
         counts.emplace(x, c);
     }
-    void coalesce(uintptr_t x) {
+    static void coalesce(Counts &counts, uintptr_t x) {
         auto it = counts.find(x);
         if (it == counts.end()) return;
         const int before = it == counts.begin() ? 0 : std::prev(it)->second;
         if (it->second == before) counts.erase(it);
     }
-    // What the kernel stopped watching by itself (unmapped, moved) wants nothing any more.
+    // What the kernel stopped watching by itself (unmapped, moved) no watch wants any more.
     void settle() {
-        for (const Range &r : unmapped) {
-            split(r.start);
-            split(r.end);
-            auto first = counts.find(r.start), last = counts.find(r.end);
-            first->second = 0;
-            counts.erase(std::next(first), last);
-            coalesce(r.end);
-            coalesce(r.start);
-        }
+        for (const Range &r : unmapped)
+            for (UnmapWatch *w : watches) {
+                Counts &counts = w->counts_;
+                split(counts, r.start);
+                split(counts, r.end);
+                auto first = counts.find(r.start), last = counts.find(r.end);
+                first->second = 0;
+                counts.erase(std::next(first), last);
+                coalesce(counts, r.end);
+                coalesce(counts, r.start);
+            }
         unmapped.clear();
+    }
+    // Unregisters the pages of [from, to) that no watch but `self` wants.
+    void unregister_unwanted(const UnmapWatch *self, uintptr_t from, uintptr_t to) {
+        std::vector<Range> kept;  // wanted by another watch, in address order after the sort
+        for (const UnmapWatch *w : watches) {
+            if (w == self) continue;
+            const Counts &counts = w->counts_;
+            auto it = counts.upper_bound(from);
+            if (it != counts.begin()) --it;
+            for (; it != counts.end() && it->first < to; ++it) {
+                const auto next = std::next(it);
+                const uintptr_t lo = std::max(from, it->first),
+                                hi = next == counts.end() ? to : std::min(to, next->first);
+                if (it->second > 0 && lo < hi) kept.push_back({lo, hi});
+            }
+        }
+        std::sort(kept.begin(), kept.end(), [](const Range &x, const Range &y) { return x.start < y.start; });
+        uintptr_t at = from;
+        for (const Range &k : kept) {
+            if (k.start > at) unregister(at, k.start);
+            at = std::max(at, k.end);
+        }
+        if (at < to) unregister(at, to);
+    }
+    void unregister(uintptr_t from, uintptr_t to) {
+        uffdio_range u{from, to - from};
+        ioctl(uffd, UFFDIO_UNREGISTER, &u);  // fails only where nothing is watched any more
     }
 
     const int uffd, stop_fd;
@@ -105,7 +135,6 @@ struct UnmapWatch::Core {
     std::atomic<uint64_t> reads_begun{0}, reads_done{0};
     std::mutex mu;
     std::vector<UnmapWatch *> watches;
-    std::map<uintptr_t, int> counts;
     std::vector<Range> unmapped;  // reserved, as the watches' lists
     std::thread reader;
 };
@@ -187,12 +216,22 @@ UnmapWatch::UnmapWatch(std::shared_ptr<Core> core, size_t capacity) : core_(std:
 }
 
 UnmapWatch::~UnmapWatch() {
+    core_->wait_for_reads();
     std::lock_guard<std::mutex> lock(core_->mu);
+    core_->settle();
     std::erase(core_->watches, this);
+    // What only this watch wanted is watched no more (the process's userfaultfd lives on).
+    for (auto it = counts_.begin(); it != counts_.end(); ++it)
+        if (it->second > 0 && std::next(it) != counts_.end())
+            core_->unregister_unwanted(this, it->first, std::next(it)->first);
 }
 
 bool UnmapWatch::watch(uintptr_t start, uintptr_t end) {
     if (start >= end) return false;
+    // An unmap that returned before this call is settled first: noted late, it would zero the
+    // count of the memory mapped there since, and another watch's unwatch would then take this
+    // one's registration away.
+    core_->wait_for_reads();
     // Registered and counted under the lock: another watch's unwatch must not undo it between.
     std::lock_guard<std::mutex> lock(core_->mu);
     Core &c = *core_;
@@ -202,32 +241,31 @@ bool UnmapWatch::watch(uintptr_t start, uintptr_t end) {
     r.mode = UFFDIO_REGISTER_MODE_WP;
     if (ioctl(c.uffd, UFFDIO_REGISTER, &r) != 0) return false;
     c.settle();
-    c.split(start);
-    c.split(end);
-    for (auto it = c.counts.find(start); it->first < end; ++it) ++it->second;
-    c.coalesce(end);
-    c.coalesce(start);
+    Core::split(counts_, start);
+    Core::split(counts_, end);
+    for (auto it = counts_.find(start); it->first < end; ++it) ++it->second;
+    Core::coalesce(counts_, end);
+    Core::coalesce(counts_, start);
     return true;
 }
 
 void UnmapWatch::unwatch(uintptr_t start, uintptr_t end) {
     if (start >= end) return;
+    core_->wait_for_reads();  // as in watch()
     std::lock_guard<std::mutex> lock(core_->mu);
     Core &c = *core_;
     c.settle();
-    c.split(start);
-    c.split(end);
-    for (auto it = c.counts.find(start); it->first < end;) {
+    Core::split(counts_, start);
+    Core::split(counts_, end);
+    for (auto it = counts_.find(start); it->first < end;) {
         const uintptr_t from = it->first, to = std::next(it)->first;
-        // Pages no watch wants any more; unregistering makes no event, so the reader is not needed.
-        if (it->second > 0 && --it->second == 0) {
-            uffdio_range u{from, to - from};
-            ioctl(c.uffd, UFFDIO_UNREGISTER, &u);  // fails only where nothing is watched any more
-        }
+        // Pages this watch wants no more: unregistered unless another watch still wants them
+        // (unregistering makes no event, so the reader is not needed).
+        if (it->second > 0 && --it->second == 0) c.unregister_unwanted(this, from, to);
         ++it;
-        c.coalesce(from);
+        Core::coalesce(counts_, from);
     }
-    c.coalesce(end);
+    Core::coalesce(counts_, end);
 }
 
 bool UnmapWatch::take(std::vector<Range> &out) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ private:
     // Under the core's lock; reserved: the reader never allocates (freeing could unmap).
     std::vector<Range> gone_;
     bool overflow_ = false;
+    // How often this watch wants each page: counts_[k] from k to the next key (the core's lock).
+    std::map<uintptr_t, int> counts_;
     friend struct Core;
 };
 
