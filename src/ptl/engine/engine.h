@@ -42,7 +42,7 @@ namespace ptl {
 namespace shm {
 class ShmWire;
 struct Peer;
-}  // namespace shm
+}
 namespace tcp {
 class TcpWire;
 }
@@ -281,8 +281,8 @@ private:
     // the map is set, the NI closed or the wires closed (forget_put_targets). A few slots,
     // direct-mapped by rank or process: most processes talk to a few at a time.
     struct PutTarget {
-        uint64_t key = 0;           // the target's rank (logical NI) or ptl_process_t bits (physical)
-        int ni_index = -1;          // -1: empty
+        uint64_t key = 0;   // the target's rank (logical NI) or ptl_process_t bits (physical)
+        int ni_index = -1;  // -1: empty
         shm::Peer *peer = nullptr;  // on this host: its ring
         Wire *wire = nullptr;       // or else the wire that carries its messages (verbs, tcp)
         PeerId id{};                // then: who it is
@@ -541,8 +541,8 @@ private:
     bool revoking_ = false;
     std::unordered_map<PeerId, direct::RemotePeer, PeerIdHash> remote_peers_;
     PeerId last_remote_peer_{};
-    direct::RemotePeer *last_remote_ = nullptr;  // remote_peers_'s node for it (nodes stay put)
-    bool last_remote_absent_ = false;            // or: it has none (last_remote_ null)
+    direct::RemotePeer *last_remote_ = nullptr;    // remote_peers_'s node for it (nodes stay put)
+    bool last_remote_absent_ = false;              // or: it has none (last_remote_ null)
     void forget_last_remote() {
         last_remote_ = nullptr;
         last_remote_absent_ = false;

@@ -35,7 +35,7 @@ void drop_segments(Wire &w, SmallVec<proto::Segment, 8> &segs, uint64_t *export_
 
 bool all_mapped(const Wire &w, const SmallVec<proto::Segment, 8> &segs) {
     for (const proto::Segment &g : segs)
-        if (!w.bulk_by_mapping(&g.key, 1)) return false;
+        if (!w.bulk_by_mapping(g.key)) return false;
     return !segs.empty();
 }
 

@@ -94,10 +94,10 @@ public:
         return true;
     }
     virtual void release_export(uint64_t) {}
-    // Whether the peer reaches the pieces export_memory gave `keys` for with loads and stores
+    // Whether the peer reaches the piece export_memory gave `key` for with loads and stores
     // (the shm wire's adopted pages): a bulk transfer then costs one copy and no system call,
     // cheaper than the data inline at any size.
-    virtual bool bulk_by_mapping(const uint64_t * /*keys*/, int /*n*/) const { return false; }
+    virtual bool bulk_by_mapping(uint64_t /*key*/) const { return false; }
 
     // Whether the peer process is known to have gone away.
     virtual bool peer_dead(PeerId) { return false; }

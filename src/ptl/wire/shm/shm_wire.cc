@@ -225,10 +225,8 @@ bool ShmWire::export_memory(PeerId, const struct iovec *pieces, int n, bool, uin
     return true;
 }
 
-bool ShmWire::bulk_by_mapping(const uint64_t *keys, int n) const {
-    for (int i = 0; i < n; ++i)
-        if (!(keys[i] & kMappedKey)) return false;
-    return n > 0;
+bool ShmWire::bulk_by_mapping(uint64_t key) const {
+    return (key & kMappedKey) != 0;
 }
 
 char *ShmWire::mapped(Peer &p, uint64_t key, uintptr_t addr, size_t len) {

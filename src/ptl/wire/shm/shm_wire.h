@@ -87,7 +87,7 @@ public:
     // through its mapping of the file, not by cross-memory attach); others 0.
     bool export_memory(PeerId, const struct iovec *pieces, int n, bool, uint64_t *keys,
                        uint64_t *id) override;
-    bool bulk_by_mapping(const uint64_t *keys, int n) const override;
+    bool bulk_by_mapping(uint64_t key) const override;
     bool bulk_read(PeerId from, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                    const uint64_t *keys) override;
     bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
