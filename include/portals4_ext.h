@@ -118,6 +118,11 @@ int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsign
  *   adoptions_reused  requests answered from a range adopted before (no copy)
  *   peer_maps         peers' adopted files this process mapped (each an open of /proc/PID/fd
  *                     and an mmap, once per file while the peer keeps it)
+ *   kernel_copies     bulk transfers with a peer on this host made by cross-memory attach
+ *                     (process_vm_readv/writev: a system call each), for memory the peer
+ *                     cannot map above PTL_SHM_COPY_MAX; the rest moves through the ring
+ *                     or a mapping
+ *   kernel_copy_bytes bytes they moved
  * Returns PTL_OK, PTL_ARG_INVALID for a bad handle or a NULL `usage`, PTL_NO_INIT. PTL_TRACE
  * prints the same figures as each connection comes up. */
 typedef struct {
@@ -130,6 +135,8 @@ typedef struct {
     ptl_size_t adopted_bytes;
     ptl_size_t adoptions_reused;
     ptl_size_t peer_maps;
+    ptl_size_t kernel_copies;
+    ptl_size_t kernel_copy_bytes;
 } ptlx_wire_usage_t;
 /* The struct grows at its end as figures are added: a caller says how much of it it has, and
  * only that much is written (binaries built against an older header keep working). */

@@ -920,3 +920,81 @@ TEST_F(Job, G11_ManySmallPutsBehindALargeOneAllLandAfterIt) {
     EXPECT_EQ(PtlMDRelease(sm), PTL_OK);
     EXPECT_EQ(PtlCTFree(rx), PTL_OK);
 }
+
+// PTL_SHM_COPY_MAX (issue 58): between processes of one host, bulk puts and gets of memory the
+// peer cannot map (heap buffers, never moved onto a memory file) go through the ring up to the
+// limit, and by cross-memory attach only above it; both carry their bytes. The entries have
+// full events, so the direct path never takes these operations.
+TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
+    const char *wire = std::getenv("PTL_WIRE");
+    if (wire && *wire && std::strcmp(wire, "shm") != 0 && std::strcmp(wire, "auto") != 0)
+        GTEST_SKIP() << "the shm wire's behaviour";
+    const int n = nranks();
+    std::vector<ptl_process_t> map(static_cast<size_t>(n));
+    ptl_size_t got_map = 0;
+    ASSERT_EQ(PtlGetMap(ni_, ptl_size_t(n), map.data(), &got_map), PTL_OK);
+    for (const ptl_process_t &p : map)
+        if (p.phys.nid != map[0].phys.nid) GTEST_SKIP() << "ranks on more than one host";
+    const char *limit_env = std::getenv("PTL_SHM_COPY_MAX");
+    const size_t limit = limit_env && *limit_env ? size_t(std::atol(limit_env)) : 131072;
+    const size_t small = 65536, big = 262144;  // above PTL_RNDV_THRESH; below / above the limit
+    if (limit >= big) GTEST_SKIP() << "PTL_SHM_COPY_MAX=" << limit;
+
+    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    const unsigned opts = PTL_ME_EVENT_LINK_DISABLE;
+    uint64_t phase_bits = 40;
+    auto kernel_copies = [&] {
+        ptlx_wire_usage_t u{};
+        EXPECT_EQ(PtlXWireUsage(ni_, &u), PTL_OK);
+        return u.kernel_copies;
+    };
+    for (const size_t len : {small, big}) {
+        SCOPED_TRACE(len);
+        std::vector<unsigned char> put_src(len), put_dst(len, 0), get_src(len), get_dst(len, 0);
+        for (size_t i = 0; i < len; ++i) {
+            put_src[i] = static_cast<unsigned char>(i * 7 + size_t(rank()) * 3 + len);
+            get_src[i] = static_cast<unsigned char>(i * 13 + size_t(rank()) * 5 + 1);
+        }
+        const ptl_match_bits_t put_bits = phase_bits++, get_bits = phase_bits++;
+        ptl_me_t pm = me_from(prev, put_dst.data(), len, PTL_ME_OP_PUT | opts, put_bits, 0);
+        ptl_me_t gm = me_from(next, get_src.data(), len, PTL_ME_OP_GET | opts, get_bits, 0);
+        ptl_handle_me_t ph, gh;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &pm, PTL_PRIORITY_LIST, nullptr, &ph), PTL_OK);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &gm, PTL_PRIORITY_LIST, nullptr, &gh), PTL_OK);
+        const ptl_handle_md_t put_md = bind(put_src.data(), len), get_md = bind(get_dst.data(), len);
+        const uint64_t before = kernel_copies();  // before the barrier: peers start after it
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(PtlPut(put_md, 0, len, PTL_ACK_REQ, to(next), pt_, put_bits, 0, nullptr, 0), PTL_OK);
+        ASSERT_EQ(PtlGet(get_md, 0, len, to(prev), pt_, get_bits, 0, nullptr), PTL_OK);
+        for (int k = 0; k < 3; ++k) {  // SEND, ACK, REPLY
+            const ptl_event_t ev = next_event(md_eq_, 20000);
+            ASSERT_NE(ev.type, 0xff) << "initiator event " << k;
+            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << int(ev.type);
+        }
+        for (int k = 0; k < 2; ++k) {  // PUT from prev, GET from next
+            const ptl_event_t ev = next_event(eq_, 20000);
+            ASSERT_NE(ev.type, 0xff) << "target event " << k;
+            EXPECT_EQ(ev.mlength, len) << int(ev.type);
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);  // every target has answered: its copies are done
+        const uint64_t copies = kernel_copies() - before;
+        if (len <= limit)
+            EXPECT_EQ(copies, 0u) << "heap data within PTL_SHM_COPY_MAX went by cross-memory attach";
+        else
+            EXPECT_GE(copies, 2u) << "the put's read and the get's reply by cross-memory attach";
+        for (size_t i = 0; i < len; ++i) {
+            const auto want_put = static_cast<unsigned char>(i * 7 + size_t(prev) * 3 + len);
+            const auto want_get = static_cast<unsigned char>(i * 13 + size_t(prev) * 5 + 1);
+            if (put_dst[i] != want_put || get_dst[i] != want_get) {
+                ADD_FAILURE() << "byte " << i << ": put " << int(put_dst[i]) << " want " << int(want_put)
+                              << ", get " << int(get_dst[i]) << " want " << int(want_get);
+                break;
+            }
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);  // peers are done with our buffers
+        EXPECT_EQ(PtlMEUnlink(ph), PTL_OK);
+        EXPECT_EQ(PtlMEUnlink(gh), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(put_md), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(get_md), PTL_OK);
+    }
+}

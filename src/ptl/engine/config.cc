@@ -46,6 +46,7 @@ Config Config::from_env() {
     if (c.shm_cells < 64 || (c.shm_cells & (c.shm_cells - 1))) c.shm_cells = 4096;
     c.shm_cell_size = uint32_t(env_long("PTL_SHM_CELL_SIZE", c.shm_cell_size));
     if (c.shm_cell_size < 128 || c.shm_cell_size % 64) c.shm_cell_size = 256;
+    c.shm_copy_max = uint64_t(std::max(0L, env_long("PTL_SHM_COPY_MAX", long(c.shm_copy_max))));
     c.notify_drops = env_bool("PTL_NOTIFY_DROPS", false);
     c.liveness_ms = env_long("PTL_LIVENESS_MS", c.liveness_ms);
     c.flowctrl_grace_ms = env_long("PTL_FLOWCTRL_GRACE_MS", c.flowctrl_grace_ms);

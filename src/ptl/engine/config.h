@@ -26,6 +26,7 @@ struct Config {
     size_t bulk_hold_max = 64;  // PTL_BULK_HOLD_MAX: an initiator's requests queued behind its transfers
     uint32_t shm_cells = 4096;               // PTL_SHM_CELLS
     uint32_t shm_cell_size = 256;            // PTL_SHM_CELL_SIZE
+    uint64_t shm_copy_max = 131072;  // PTL_SHM_COPY_MAX: unmappable data up to this size goes through the ring
     bool notify_drops = false;               // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)
     bool direct = true;                      // PTL_DIRECT: one-sided access without the target's CPU
     long direct_revoke_ms = 2000;  // PTL_DIRECT_REVOKE_MS: bound on a revocation's wait for RDMA holders

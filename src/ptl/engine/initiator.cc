@@ -180,13 +180,18 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
     bool rndv = false;
     uint64_t export_id = 0;
+    // Through shared memory, data the peer cannot map (the brk heap, pages shared with other
+    // objects) moves through the ring up to shm_copy_max: two memcpys beat one cross-memory
+    // attach, which pins every page it touches (docs/adoption.md).
+    const bool shm = w == shm_.get();
+    const uint64_t copy_max = shm ? std::min<uint64_t>(cfg_.shm_copy_max, payload_room - operand_len) : 0;
     if (kind == TrigKind::Get) {
         // Below the threshold only where the target writes the reply through a mapping of ours
         // (one copy, where inline is two): the shm wire's adopted pages.
         const bool big = a.length > cfg_.rndv_threshold;
-        if ((big || (a.length > kMappedGetMin && w == shm_.get())) && w && w->has_bulk(peer) &&
+        if ((big || (shm && a.length > kMappedGetMin)) && w && w->has_bulk(peer) &&
             add_segments(*w, peer, get_md->region, get_off, a.length, true, segs, &export_id)) {
-            if (big || all_mapped(*w, segs))
+            if ((big && a.length > copy_max) || all_mapped(*w, segs))
                 h.flags |= proto::kBulkReply;
             else
                 drop_segments(*w, segs, &export_id);
@@ -197,6 +202,10 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
         rndv = kind == TrigKind::Put && a.length > cfg_.rndv_threshold && !volatile_fits && w &&
                w->has_bulk(peer) &&
                add_segments(*w, peer, put_md->region, put_off, a.length, false, segs, &export_id);
+        if (rndv && a.length <= copy_max && !all_mapped(*w, segs)) {
+            drop_segments(*w, segs, &export_id);
+            rndv = false;
+        }
         if (rndv) {
             h.flags |= proto::kRendezvous;
         } else {

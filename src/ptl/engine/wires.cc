@@ -248,7 +248,10 @@ int Engine::wire_usage(ptl_handle_ni_t h, ptlx_wire_usage_t *usage) {
 #ifdef PTL_HAVE_VERBS
     if (verbs_) {
         const verbs::VerbsUsage u = verbs_->usage();
-        *usage = ptlx_wire_usage_t{u.pinned_bytes, u.registered_bytes, u.peers, 0, u.qps_closed};
+        usage->pinned_bytes = u.pinned_bytes;
+        usage->registered_bytes = u.registered_bytes;
+        usage->rdma_peers = u.peers;
+        usage->rdma_qps_closed = u.qps_closed;
     }
 #endif
     if (tcp_) usage->tcp_connections = tcp_->connections();
@@ -258,6 +261,8 @@ int Engine::wire_usage(ptl_handle_ni_t h, ptlx_wire_usage_t *usage) {
         usage->adopted_bytes = a.bytes_copied;
         usage->adoptions_reused = a.reused;
         usage->peer_maps = shm_->peer_maps_made();
+        usage->kernel_copies = shm_->kernel_copies();
+        usage->kernel_copy_bytes = shm_->kernel_copy_bytes();
     }
     return PTL_OK;
 }

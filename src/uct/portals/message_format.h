@@ -57,6 +57,11 @@ inline uint32_t rndv_key(uint64_t hdr_data) {
 inline uint64_t rndv_length(uint64_t hdr_data) {
     return hdr_data >> 32;
 }
+// A rendezvous put to a posted receive left all its data there (it carries the data; a
+// receive too small for it reads it from the sender, which completes the send).
+inline bool rndv_delivered(const ptl_event_t &ev) {
+    return ev.rlength == rndv_length(ev.hdr_data) && ev.mlength == ev.rlength;
+}
 
 // Match bits on the ctl portal.
 constexpr ptl_match_bits_t kTxPoolBits = 1ull << 63;    // the send-buffer pool

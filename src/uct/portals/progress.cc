@@ -223,6 +223,13 @@ void Iface::on_initiator_event(const ptl_event_t &ev) {
         return;
     }
     if (op->type == OpType::Rndv) {
+        // From the priority list the data is in the posted receive: nobody reads the ME. A
+        // receive it did not fit reads it (start_rndv_get) and so completes the send.
+        if (ev.ptl_list == PTL_PRIORITY_LIST && ev.mlength == op->length &&
+            PtlMEUnlink(std::exchange(op->src_me, PTL_INVALID_HANDLE)) == PTL_OK) {
+            complete_op(op, UCS_OK);
+            return;
+        }
         op->acked = true;  // it completes when its data is read (on_ctl_event)
         return;
     }
@@ -392,7 +399,13 @@ void Iface::deliver_expected(const ptl_event_t &ev, RxEvent &r) {
                          r.buf.data || ev.rlength == 0 ? UCS_OK : UCS_ERR_IO_ERROR, 0);
             RxPool::release_buf(r.buf);
             return;
-        case MsgKind::TagRndv: start_rndv_get(ev, r); return;
+        case MsgKind::TagRndv:
+            if (rndv_delivered(ev)) {
+                ctx->completed_cb(ctx, ev.match_bits, 0, ev.mlength, nullptr, UCS_OK);
+            } else {
+                start_rndv_get(ev, r);
+            }
+            return;
         default: ctx->completed_cb(ctx, ev.match_bits, 0, 0, nullptr, UCS_ERR_IO_ERROR); return;
     }
 }

@@ -1,9 +1,10 @@
 // Tag offload (DESIGN: UCT mapping). Posted receives are use-once MEs on the tag portal's
 // priority list (match bits = tag, ignore bits = ~mask); eager messages are puts with the tag
-// as match bits and imm as header data; a rendezvous announces itself with a zero-byte put
-// and exposes its data through a use-once GET ME on the sender's ctl portal, which the
-// receiver reads when the announcement matches a posted receive (its GET event completes the
-// send); a receiver without one fetches the announcement (RndvInfo + UCP's header).
+// as match bits and imm as header data; a rendezvous is a put of its data that also exposes
+// the data through a use-once GET ME on the sender's ctl portal: a posted receive it matches
+// holds the data when it is reported (the ACK from the priority list completes the send); a
+// receiver without one fetches the announcement (RndvInfo + UCP's header) and UCP reads the
+// data (its GET event completes the send).
 #include "iface_impl.h"
 
 extern "C" {
@@ -96,6 +97,7 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
     Op *op = f->get_rndv_op(ep, comp);
     if (!op) return UCS_STATUS_PTR(UCS_ERR_NO_RESOURCE);
     const uint32_t key = uint32_t(f->next_rndv_key++);
+    op->length = length;
     RndvInfo info{length, reinterpret_cast<uintptr_t>(v->buffer), rkey_for(f, v, key)};
     std::memcpy(op->announcement, &info, sizeof info);
     if (header_length) std::memcpy(op->announcement + sizeof info, header, header_length);
@@ -111,13 +113,17 @@ extern "C" ucs_status_ptr_t uct_portals_ep_tag_rndv_zcopy(uct_ep_h tl_ep, uct_ta
     if (rc == PTL_OK)
         rc = PtlMEAppend(f->ni, f->ctl_pt, &announce_me, PTL_PRIORITY_LIST, nullptr, &op->announce_me);
     if (rc == PTL_OK) {
-        // The announcement itself is put with zero bytes: a posted receive gets nothing but the
-        // data (it may be smaller than the announcement, and MPI forbids writing past the
-        // message); a receiver without one fetches the announcement, which stays until the
-        // data was read or UCP cancels the rendezvous.
+        // The put carries the data, not the announcement: a posted receive it matches takes
+        // the data at once, as hardware tag matching would (one trip, where reading it after
+        // a zero-byte announcement is three), truncated to the receive's size (MPI forbids
+        // writing past the message); its ACK from the priority list completes the send. An
+        // unexpected one leaves at most a descriptor's worth (released unread): the receiver
+        // fetches the announcement, which stays until the data was read or UCP cancels.
         const MsgInfo m{MsgKind::TagRndv, uint8_t(f->ctl_pt), 0, uint16_t(announcement_length)};
-        rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(op->announcement), 0, PTL_ACK_REQ, ep->peer,
-                    ep->tag_pt, tag, encode_msg(m), op, rndv_hdr_data(length, key));
+        const uintptr_t from =
+            length ? reinterpret_cast<uintptr_t>(v->buffer) : reinterpret_cast<uintptr_t>(op->announcement);
+        rc = PtlPut(f->md, from, length, PTL_ACK_REQ, ep->peer, ep->tag_pt, tag, encode_msg(m), op,
+                    rndv_hdr_data(length, key));
     }
     if (rc != PTL_OK && op->src_me != PTL_INVALID_HANDLE)
         PtlMEUnlink(std::exchange(op->src_me, PTL_INVALID_HANDLE));
@@ -208,8 +214,13 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     f->drain_eq(false);
     for (RxEvent &r : f->rx_fifo) {
         if (r.ctx != ctx || r.unexpected) continue;
-        // A rendezvous left nothing in the buffer: its announcement is fetched from the sender.
-        // A software rendezvous request is already read (or being read) from the sender.
+        // A rendezvous that left all its data in the buffer completed its send: it is
+        // reported as the eager message it now is. A software rendezvous request is already
+        // read (or being read) from the sender.
+        if (r.msg.kind == MsgKind::TagRndv && rndv_delivered(r.ev)) {
+            r.msg.kind = MsgKind::TagEager;
+            r.ev.hdr_data = 0;  // no imm: not a synchronous send UCP acknowledges
+        }
         const bool fetch = r.msg.kind == MsgKind::TagRndv;
         if (!fetch && !r.buf.fetched) {
             RecvBuf b = f->tag_rx.alloc_fetched(r.buf.length);

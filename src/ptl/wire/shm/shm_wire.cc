@@ -201,6 +201,10 @@ bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iov
                   bool write) {
     Peer *p = peer(id);
     if (!p || p->dead) return false;
+    size_t bytes = 0;
+    for (int i = 0; i < nl; ++i) bytes += local[i].iov_len;
+    kernel_copies_.fetch_add(1, std::memory_order_relaxed);
+    kernel_copy_bytes_.fetch_add(bytes, std::memory_order_relaxed);
     if (cma_transfer(p->os_pid, local, nl, remote, nr, write)) return true;
     if (errno == ESRCH) p->dead = true;
     return false;

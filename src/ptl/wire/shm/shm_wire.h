@@ -164,6 +164,9 @@ public:
         return n;
     }
     void set_adoption_debug(bool on) { adopted_.set_debug(on); }
+    // Bulk transfers made by cross-memory attach (a system call each) and the bytes they moved.
+    uint64_t kernel_copies() const { return kernel_copies_.load(std::memory_order_relaxed); }
+    uint64_t kernel_copy_bytes() const { return kernel_copy_bytes_.load(std::memory_order_relaxed); }
     // Drops our mappings of the peer's files but those its live exports name.
     void retain_peer_pages(PeerId id, const std::vector<std::pair<int, uint64_t>> &live) {
         if (Peer *p = peer(id)) p->pages.retain(live);
@@ -199,6 +202,7 @@ private:
     std::atomic<int> backlog_peers_{0};
     AdoptedPages adopted_;
     FileList *own_files_ = nullptr;
+    std::atomic<uint64_t> kernel_copies_{0}, kernel_copy_bytes_{0};
     size_t files_offset_ = 0;
     WakeSocket wake_socket_;        // producers of other processes ring it
     std::atomic<int> sleepers_{0};  // threads in wait_for_traffic
