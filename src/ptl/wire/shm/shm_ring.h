@@ -135,14 +135,27 @@ public:
         return ctl_->dequeue_pos.load(std::memory_order_acquire) >= pushed_until_;
     }
 
+    // Producer: whether a message this large would find room now (a hint: other producers
+    // push too). Reads the consumer's position only when the room last seen is used up.
+    bool has_room(size_t header_len, size_t payload_len) {
+        const uint64_t cells = cells_for(sizeof(CellHead) + header_len + payload_len);
+        if (cells > ncells_ / 4) return false;
+        const uint64_t pos = ctl_->enqueue_pos.load(std::memory_order_relaxed);
+        const uint64_t room = ncells_ - (pos & mask_);
+        const uint64_t want = room < cells ? room + cells : cells;
+        if (pos + want > free_until_) free_until_ = ctl_->dequeue_pos.load(std::memory_order_acquire) + ncells_;
+        return pos + want <= free_until_;
+    }
+
 private:
+    uint64_t cells_for(uint64_t bytes) const {
+        return cell_shift_ ? (bytes + cell_size_ - 1) >> cell_shift_ : (bytes + cell_size_ - 1) / cell_size_;
+    }
     // A run for the message, its head filled but for `seq`, at *pos_out; null if the ring has
     // no room for it now. publish() hands it to the consumer. Inline: once per message sent.
     CellHead *reserve(uint32_t src_nid, uint32_t src_pid, size_t header_len, size_t payload_len,
                       uint64_t *pos_out) {
-        const uint64_t bytes = sizeof(CellHead) + header_len + payload_len;
-        const uint64_t cells =
-            cell_shift_ ? (bytes + cell_size_ - 1) >> cell_shift_ : (bytes + cell_size_ - 1) / cell_size_;
+        const uint64_t cells = cells_for(sizeof(CellHead) + header_len + payload_len);
         if (cells > ncells_ / 4) [[unlikely]]
             return nullptr;
 

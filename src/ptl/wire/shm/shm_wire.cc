@@ -106,6 +106,11 @@ size_t ShmWire::max_inline(PeerId) const {
     return rx_.max_message_bytes();
 }
 
+bool ShmWire::has_room_now(PeerId to, size_t header_len, size_t payload_len) {
+    Peer *p = peer(to);
+    return p && !p->dead && p->backlog.empty() && p->ring.has_room(header_len, payload_len);
+}
+
 bool ShmWire::send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                    int payload_count) {
     Peer *p = peer(to);

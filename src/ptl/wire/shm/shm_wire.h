@@ -58,6 +58,9 @@ public:
                p->ring.try_push_filled(self_.nid, self_.pid, header_len, payload, payload_len, fill);
     }
     size_t max_inline(PeerId to) const override;
+    // Whether a message of `bytes` to `to` would go into its ring now rather than wait in our
+    // backlog (a hint).
+    bool has_room_now(PeerId to, size_t header_len, size_t payload_len);
     int progress(const MessageHandler &handler) override { return progress_with(handler); }
     // progress() for a handler the compiler sees (the engine's): no call through std::function
     // per message.
