@@ -149,6 +149,57 @@ TEST_F(Lists, Decision4_PostingOrderAcrossExactAndWildcardEntries) {
     EXPECT_EQ(order[2], (void *)3);
 }
 
+// Decision 4's per-match-bits buckets are recycled when they empty (pt.h's bucket_of): a
+// bucket taken over by other match bits matches only its new bits, keeps posting order, and
+// an unexpected header's bucket the same.
+TEST_F(Lists, M1_L6_BucketsOfEmptiedMatchBitsMatchOnlyTheirNewBits) {
+    char ov[64] = {}, dst[4][8] = {};
+    append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull),
+           PTL_OVERFLOW_LIST, (void *)9);
+    for (uint64_t round = 0; round < 40; ++round) {  // past the spare nodes kept
+        const ptl_match_bits_t old_bits = 0x1000 + round, new_bits = 0x9000 + round;
+        ptl_handle_me_t h = append(
+            pt_, me_desc(dst[0], 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE, old_bits),
+            PTL_PRIORITY_LIST, (void *)1);
+        ASSERT_EQ(PtlMEUnlink(h), PTL_OK);  // its bucket empties
+        append(pt_, me_desc(dst[1], 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE, new_bits),
+               PTL_PRIORITY_LIST, (void *)2);
+        append(pt_, me_desc(dst[2], 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE, new_bits),
+               PTL_PRIORITY_LIST, (void *)3);
+        ASSERT_EQ(put(4, old_bits), PTL_OK);
+        ptl_event_t ev = next_event(eq_);
+        EXPECT_EQ(ev.ptl_list, PTL_OVERFLOW_LIST) << "the unlinked entry's bits matched, round " << round;
+        for (void *want : {(void *)2, (void *)3}) {
+            ASSERT_EQ(put(4, new_bits), PTL_OK);
+            ev = next_event(eq_);
+            EXPECT_EQ(ev.ptl_list, PTL_PRIORITY_LIST);
+            EXPECT_EQ(ev.user_ptr, want) << "posting order within a reused bucket, round " << round;
+            EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+        }
+        // The unexpected header of old_bits (its bucket emptied when it was claimed before,
+        // from round 1 on): an append of other bits must not claim it, one of old_bits must.
+        append(pt_, me_desc(dst[3], 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE, new_bits),
+               PTL_PRIORITY_LIST, (void *)4);
+        {
+            ptl_event_t e{};
+            const int rc = PtlEQGet(eq_, &e);
+            EXPECT_EQ(rc, PTL_EQ_EMPTY) << "another entry's bits claimed the header, round " << round
+                                        << ": event " << int(e.type) << " bits " << e.match_bits;
+        }
+        append(pt_, me_desc(dst[0], 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE, old_bits), PTL_PRIORITY_LIST,
+               (void *)5);
+        ev = next_event(eq_);
+        EXPECT_EQ(ev.type, PTL_EVENT_PUT_OVERFLOW);
+        EXPECT_EQ(ev.match_bits, old_bits);
+        EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+        ASSERT_EQ(put(4, new_bits), PTL_OK);  // takes the entry left over from above
+        ev = next_event(eq_);
+        EXPECT_EQ(ev.user_ptr, (void *)4);
+        EXPECT_EQ(next_event(eq_).type, PTL_EVENT_AUTO_UNLINK);
+    }
+    EXPECT_TRUE(eq_empty(eq_));
+}
+
 TEST_F(Lists, M2_SourceIdWildcardsAreIndependent) {
     char a[8];
     ptl_me_t me = me_desc(a, 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE);

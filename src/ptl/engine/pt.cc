@@ -7,7 +7,7 @@ namespace ptl {
 
 void MatchList::add(Entry *e) {
     if (e->exact)
-        exact[e->desc.match_bits].push_back(e);
+        bucket_of(exact, spare, e->desc.match_bits).push_back(e);
     else
         wildcard.push_back(e);
     ++size;
@@ -15,24 +15,20 @@ void MatchList::add(Entry *e) {
 
 void MatchList::remove(Entry *e) {
     EntryList::erase(e);
-    if (e->exact) {
-        auto it = exact.find(e->desc.match_bits);
-        if (it != exact.end() && it->second.empty()) exact.erase(it);
-    }
+    if (e->exact) drop_if_empty(exact, spare, e->desc.match_bits);
     --size;
 }
 
 void UnexpectedList::add(UnexpectedHeader *u) {
     all.push_back(u);
-    by_bits[u->match_bits].push_back(u);
+    bucket_of(by_bits, spare, u->match_bits).push_back(u);
     ++size;
 }
 
 void UnexpectedList::remove(UnexpectedHeader *u) {
     UhList::erase(u);
     UhBucket::erase(u);
-    auto it = by_bits.find(u->match_bits);
-    if (it != by_bits.end() && it->second.empty()) by_bits.erase(it);
+    drop_if_empty(by_bits, spare, u->match_bits);
     --size;
 }
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "entry.h"
 #include "ilist.h"
@@ -21,10 +23,40 @@ using EntryList = IList<Entry, &Entry::hook>;
 using UhList = IList<UnexpectedHeader, &UnexpectedHeader::all_hook>;
 using UhBucket = IList<UnexpectedHeader, &UnexpectedHeader::bucket_hook>;
 
+// The bucket of `bits` in a map of lists by match bits, made if missing. The nodes of buckets
+// that emptied are kept for the next new key (a few): most exact entries have match bits of
+// their own (a rendezvous' key, a receive's tag) and live for one message, and a map node
+// allocated and freed per message was a tenth of a 16 KiB tagged send's engine time.
+template <typename Map>
+typename Map::mapped_type &bucket_of(Map &map, std::vector<typename Map::node_type> &spare,
+                                     ptl_match_bits_t bits) {
+    auto it = map.find(bits);
+    if (it != map.end()) return it->second;
+    if (spare.empty()) return map[bits];
+    typename Map::node_type node = std::move(spare.back());
+    spare.pop_back();
+    node.key() = bits;
+    return map.insert(std::move(node)).position->second;
+}
+
+// Drops the bucket of `bits` if it is empty, keeping its node for bucket_of.
+template <typename Map>
+void drop_if_empty(Map &map, std::vector<typename Map::node_type> &spare, ptl_match_bits_t bits) {
+    constexpr size_t kSpareNodes = 16;
+    auto it = map.find(bits);
+    if (it == map.end() || !it->second.empty()) return;
+    if (spare.size() < kSpareNodes)
+        spare.push_back(map.extract(it));
+    else
+        map.erase(it);
+}
+
 // One list (priority or overflow) of one PT.
 struct MatchList {
+    using ExactMap = std::unordered_map<ptl_match_bits_t, EntryList>;
     EntryList wildcard;
-    std::unordered_map<ptl_match_bits_t, EntryList> exact;
+    ExactMap exact;
+    std::vector<ExactMap::node_type> spare;  // see bucket_of
     uint32_t size = 0;
 
     void add(Entry *e);
@@ -54,8 +86,10 @@ struct MatchList {
 
 // Unexpected headers in arrival order, also bucketed by match bits for exact appends.
 struct UnexpectedList {
+    using BucketMap = std::unordered_map<ptl_match_bits_t, UhBucket>;
     UhList all;
-    std::unordered_map<ptl_match_bits_t, UhBucket> by_bits;
+    BucketMap by_bits;
+    std::vector<BucketMap::node_type> spare;  // see bucket_of
     uint32_t size = 0;
 
     void add(UnexpectedHeader *u);

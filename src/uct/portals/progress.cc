@@ -264,7 +264,7 @@ void Iface::on_rx_event(const ptl_event_t &ev) {
         r.unexpected = false;
         r.ctx = static_cast<uct_tag_context_t *>(ev.user_ptr);
         tag_recv(r.ctx)->state = kTagMatched;
-        posted.erase(r.ctx);
+        untrack_posted(r.ctx);
         r.buf.data = static_cast<char *>(ev.start);
         r.buf.length = ev.mlength;
         r.buf.borrowed = true;

@@ -181,14 +181,14 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_zcopy(uct_iface_h tl_iface, u
     const int rc = PtlMEAppend(f->ni, f->tag_pt, &me, PTL_PRIORITY_LIST, ctx, &t->me);
     if (rc != PTL_OK) return rc == PTL_NO_SPACE ? UCS_ERR_EXCEEDS_LIMIT : status_of(rc);
     t->state = kTagPosted;
-    f->posted.emplace(ctx, tag);
+    f->track_posted(ctx, tag);
     // The same for a message that arrived between the check and the append (the drain may
     // also report this receive matched).
     const size_t seen = f->rx_fifo.size();
     f->drain_eq(false);
     if (t->state == kTagPosted && f->unexpected_tag_pending(tag, tag_mask, seen) &&
         PtlMEUnlink(t->me) == PTL_OK) {
-        f->posted.erase(ctx);
+        f->untrack_posted(ctx);
         return UCS_ERR_NO_RESOURCE;
     }
     ++f->stats.posted;
@@ -205,7 +205,7 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     if (t->state == kTagPosted && PtlMEUnlink(t->me) == PTL_OK) {
         const auto it = f->posted.find(ctx);
         if (!force) f->cancelled.emplace_back(ctx, it->second);
-        f->posted.erase(it);
+        f->untrack_posted(it);
         t->state = kTagCancelled;
         ++f->stats.cancelled;
         return UCS_OK;
