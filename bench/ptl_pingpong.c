@@ -2,9 +2,11 @@
  * libportals4 ping-pong, bandwidth and message rate between two ranks (ptlrun -n 2).
  * Written in C against portals4.h only, like existing Portals clients.
  *
- *   ptlrun -n 2 ptl_pingpong [--iters N] [--max-size BYTES] [--quick]
+ *   ptlrun -n 2 ptl_pingpong [--iters N] [--max-size BYTES] [--lat-sizes N,N,...] [--quick]
  *
- * Latency: rank 0 puts 8 B into rank 1's LE, rank 1 puts it back (half round trip reported).
+ * Latency: rank 0 puts 8 B into rank 1's LE, rank 1 puts it back (half round trip reported);
+ * --lat-sizes adds a line per size (put_lat_<N>B_us): the engine's floor under the UCT face's
+ * latency at that size (malloc'd buffers, an LE, CT completions: no matching, no events).
  * Bandwidth: rank 0 streams a window of puts of each size, rank 1 acks the window.
  * Message rate: 8 B puts, windowed, counted by a CT at the target.
  */
@@ -23,12 +25,25 @@
 int main(int argc, char **argv) {
     long iters = 20000;
     size_t max_size = 4u << 20;
+    size_t lat_sizes[16];
+    int n_lat_sizes = 0;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atol(argv[++i]);
         else if (!strcmp(argv[i], "--max-size") && i + 1 < argc) max_size = strtoul(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--quick")) { iters = 2000; max_size = 1u << 20; }
+        else if (!strcmp(argv[i], "--lat-sizes") && i + 1 < argc) {
+            for (char *p = argv[++i]; *p && n_lat_sizes < 16; p += *p == ',')
+                lat_sizes[n_lat_sizes++] = strtoul(p, &p, 0);
+        } else if (!strcmp(argv[i], "--quick")) { iters = 2000; max_size = 1u << 20; }
     }
     if (max_size < 8) max_size = 8;
+    size_t buf_size = max_size;
+    for (int i = 0; i < n_lat_sizes; ++i) {
+        if (lat_sizes[i] == 0) {
+            fprintf(stderr, "ptl_pingpong: --lat-sizes takes sizes in bytes, comma-separated (e.g. 4096,16384)\n");
+            return 2;
+        }
+        if (lat_sizes[i] > buf_size) buf_size = lat_sizes[i];
+    }
     if (ptlrt_init() != 0 || ptlrt_size() != 2) {
         fprintf(stderr, "run with: ptlrun -n 2 %s\n", argv[0]);
         return 2;
@@ -40,43 +55,49 @@ int main(int argc, char **argv) {
     CHECK(ptlrt_exchange_ids(ni, NULL));
     ptl_process_t peer = {.rank = (ptl_rank_t)(1 - rank)};
 
-    char *rbuf = malloc(max_size), *sbuf = malloc(max_size);
-    memset(sbuf, rank + 1, max_size);
+    char *rbuf = malloc(buf_size), *sbuf = malloc(buf_size);
+    memset(sbuf, rank + 1, buf_size);
     ptl_handle_ct_t rx_ct, tx_ct;
     CHECK(PtlCTAlloc(ni, &rx_ct));
     CHECK(PtlCTAlloc(ni, &tx_ct));
     ptl_pt_index_t pt;
     CHECK(PtlPTAlloc(ni, 0, PTL_EQ_NONE, PT_INDEX, &pt));
-    ptl_le_t le = {.start = rbuf, .length = max_size, .ct_handle = rx_ct, .uid = PTL_UID_ANY,
+    ptl_le_t le = {.start = rbuf, .length = buf_size, .ct_handle = rx_ct, .uid = PTL_UID_ANY,
                    .options = PTL_LE_OP_PUT | PTL_LE_EVENT_CT_COMM | PTL_LE_IS_ACCESSIBLE};
     ptl_handle_le_t leh;
     CHECK(PtlLEAppend(ni, pt, &le, PTL_PRIORITY_LIST, NULL, &leh));
-    ptl_md_t md = {.start = sbuf, .length = max_size, .options = PTL_MD_EVENT_CT_SEND,
+    ptl_md_t md = {.start = sbuf, .length = buf_size, .options = PTL_MD_EVENT_CT_SEND,
                    .eq_handle = PTL_EQ_NONE, .ct_handle = tx_ct};
     ptl_handle_md_t mdh;
     CHECK(PtlMDBind(ni, &md, &mdh));
     ptlrt_barrier();
 
     ptl_size_t rx = 0, tx = 0;
-    /* latency */
+    /* latency: 8 B, then each --lat-sizes size */
     long warm = iters / 10;
-    double t0 = 0;
-    for (long i = 0; i < iters + warm; ++i) {
-        if (i == warm) t0 = now_us();
-        if (rank == 0) {
-            CHECK(PtlPut(mdh, 0, 8, PTL_NO_ACK_REQ, peer, pt, 0, 0, NULL, 0));
-            ct_wait(rx_ct, ++rx);
-        } else {
-            ct_wait(rx_ct, ++rx);
-            CHECK(PtlPut(mdh, 0, 8, PTL_NO_ACK_REQ, peer, pt, 0, 0, NULL, 0));
+    for (int k = -1; k < n_lat_sizes; ++k) {
+        const size_t size = k < 0 ? 8 : lat_sizes[k];
+        double t0 = 0;
+        for (long i = 0; i < iters + warm; ++i) {
+            if (i == warm) t0 = now_us();
+            if (rank == 0) {
+                CHECK(PtlPut(mdh, 0, size, PTL_NO_ACK_REQ, peer, pt, 0, 0, NULL, 0));
+                ct_wait(rx_ct, ++rx);
+            } else {
+                ct_wait(rx_ct, ++rx);
+                CHECK(PtlPut(mdh, 0, size, PTL_NO_ACK_REQ, peer, pt, 0, 0, NULL, 0));
+            }
         }
+        double lat = (now_us() - t0) / iters / 2;
+        tx += (ptl_size_t)(iters + warm);
+        ct_wait(tx_ct, tx);
+        if (rank == 0 && k < 0)
+            printf("# portals-ucx libportals4, PTL_WIRE=%s (ptlrun -n 2)\nput_lat_8B_us %.3f\n",
+                   getenv("PTL_WIRE") ? getenv("PTL_WIRE") : "auto", lat);
+        else if (rank == 0)
+            printf("put_lat_%zuB_us %.3f\n", size, lat);
+        ptlrt_barrier();
     }
-    double lat = (now_us() - t0) / iters / 2;
-    tx = (ptl_size_t)(iters + warm);
-    ct_wait(tx_ct, tx);
-    if (rank == 0)
-        printf("# portals-ucx libportals4, PTL_WIRE=%s (ptlrun -n 2)\nput_lat_8B_us %.3f\n",
-               getenv("PTL_WIRE") ? getenv("PTL_WIRE") : "auto", lat);
 
     /* bandwidth: rank 0 sends WINDOW puts, rank 1 returns one 8 B put per window */
     if (rank == 0) printf("# size_bytes bandwidth_MBps\n");
