@@ -998,3 +998,56 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
         EXPECT_EQ(PtlMDRelease(get_md), PTL_OK);
     }
 }
+
+// Each process sizes its own receive ring (PTL_SHM_CELLS, PTL_SHM_CELL_SIZE): messages to a
+// peer are sized for the peer's ring, a get's inline reply for ours. run_multiprocess.sh also
+// runs this with one rank's ring at 64 cells (messages of 4 KiB at most), where puts sized for
+// the other's 1 MiB ring were refused as undeliverable. Heap buffers: nothing for the peer to
+// map, so inline wherever the ring takes it.
+TEST_F(Job, PutsAndGetsOfEverySizeReachAPeerWhoseRingIsSmaller) {
+    const int n = nranks();
+    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    uint64_t bits = 60;
+    for (const size_t len :
+         {size_t(1024), size_t(4000), size_t(4096), size_t(8192), size_t(16384), size_t(65536)}) {
+        SCOPED_TRACE(len);
+        std::vector<unsigned char> put_src(len), put_dst(len, 0), get_src(len), get_dst(len, 0);
+        for (size_t i = 0; i < len; ++i) {
+            put_src[i] = static_cast<unsigned char>(i * 3 + size_t(rank()) * 11 + len);
+            get_src[i] = static_cast<unsigned char>(i * 5 + size_t(rank()) * 7 + 2);
+        }
+        const ptl_match_bits_t put_bits = bits++, get_bits = bits++;
+        ptl_me_t pm =
+            me_from(prev, put_dst.data(), len, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, put_bits, 0);
+        ptl_me_t gm =
+            me_from(next, get_src.data(), len, PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE, get_bits, 0);
+        ptl_handle_me_t ph, gh;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &pm, PTL_PRIORITY_LIST, nullptr, &ph), PTL_OK);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &gm, PTL_PRIORITY_LIST, nullptr, &gh), PTL_OK);
+        const ptl_handle_md_t put_md = bind(put_src.data(), len), get_md = bind(get_dst.data(), len);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(PtlPut(put_md, 0, len, PTL_ACK_REQ, to(next), pt_, put_bits, 0, nullptr, 0), PTL_OK);
+        ASSERT_EQ(PtlGet(get_md, 0, len, to(prev), pt_, get_bits, 0, nullptr), PTL_OK);
+        for (int k = 0; k < 3; ++k) {  // SEND, ACK, REPLY
+            const ptl_event_t ev = next_event(md_eq_, 20000);
+            ASSERT_NE(ev.type, 0xff) << "initiator event " << k;
+            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << "event type " << int(ev.type);
+        }
+        for (int k = 0; k < 2; ++k) {  // PUT from prev, GET from next
+            const ptl_event_t ev = next_event(eq_, 20000);
+            ASSERT_NE(ev.type, 0xff) << "target event " << k;
+            EXPECT_EQ(ev.mlength, len) << "event type " << int(ev.type);
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        size_t bad = 0;
+        for (size_t i = 0; i < len; ++i) {
+            bad += put_dst[i] != static_cast<unsigned char>(i * 3 + size_t(prev) * 11 + len);
+            bad += get_dst[i] != static_cast<unsigned char>(i * 5 + size_t(prev) * 7 + 2);
+        }
+        EXPECT_EQ(bad, 0u) << "bytes that did not arrive as sent";
+        EXPECT_EQ(PtlMEUnlink(ph), PTL_OK);
+        EXPECT_EQ(PtlMEUnlink(gh), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(put_md), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(get_md), PTL_OK);
+    }
+}

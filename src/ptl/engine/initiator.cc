@@ -174,7 +174,10 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     if (put_md && (put_md->desc.options & PTL_MD_UNORDERED)) h.flags |= proto::kUnordered;
 
     Wire *w = wire_for(peer);
-    const size_t payload_room = w ? w->max_inline(peer) - sizeof h : 0;  // operand included
+    // What one message to the peer holds (operand included), and for a get what one from it
+    // holds (the reply, into our ring on shared memory): each ring is sized by its owner.
+    const size_t payload_room = w ? w->max_inline(peer) - sizeof h : 0;
+    const size_t reply_room = w && kind == TrigKind::Get ? w->max_inline_from(peer) - sizeof h : 0;
     IovList iov;
     SmallVec<proto::Segment, 8> segs;
     if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
@@ -184,11 +187,14 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     // objects) moves through the ring up to shm_copy_max: two memcpys beat one cross-memory
     // attach, which pins every page it touches (docs/adoption.md).
     const bool shm = w == shm_.get();
-    const uint64_t copy_max = shm ? std::min<uint64_t>(cfg_.shm_copy_max, payload_room - operand_len) : 0;
+    const uint64_t copy_max =
+        shm ? std::min<uint64_t>(cfg_.shm_copy_max,
+                                 kind == TrigKind::Get ? reply_room : payload_room - operand_len)
+            : 0;
     if (kind == TrigKind::Get) {
         // Below the threshold only where the target writes the reply through a mapping of ours
         // (one copy, where inline is two): the shm wire's adopted pages.
-        const bool big = a.length > cfg_.rndv_threshold;
+        const bool big = a.length > cfg_.rndv_threshold || a.length > reply_room;
         if ((big || (shm && a.length > kMappedGetMin)) && w && w->has_bulk(peer) &&
             add_segments(*w, peer, get_md->region, get_off, a.length, true, segs, &export_id)) {
             if ((big && a.length > copy_max) || all_mapped(*w, segs))
@@ -199,7 +205,8 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     } else {
         const bool volatile_fits =
             (put_md->desc.options & PTL_MD_VOLATILE) && operand_len + a.length <= payload_room;
-        rndv = kind == TrigKind::Put && a.length > cfg_.rndv_threshold && !volatile_fits && w &&
+        const bool too_big = a.length > cfg_.rndv_threshold || operand_len + a.length > payload_room;
+        rndv = kind == TrigKind::Put && too_big && !volatile_fits && w &&
                w->has_bulk(peer) &&
                add_segments(*w, peer, put_md->region, put_off, a.length, false, segs, &export_id);
         // Through the ring only while it has room: a message waiting in our backlog is copied

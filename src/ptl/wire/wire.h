@@ -57,8 +57,11 @@ public:
         return send(to, header, header_len, payload, payload_count);
     }
 
-    // Largest header + payload the wire carries in one message to `to`.
-    virtual size_t max_inline(PeerId to) const = 0;
+    // Largest header + payload the wire carries in one message to `to` (connecting to it
+    // first where the answer is the peer's: a shared-memory peer's ring may be smaller).
+    virtual size_t max_inline(PeerId to) = 0;
+    // The same for messages from `from` to us (a get's inline reply).
+    virtual size_t max_inline_from(PeerId from) { return max_inline(from); }
 
     // Delivers received messages to `handler` and pushes queued sends; returns work done.
     virtual int progress(const MessageHandler &handler) = 0;

@@ -18,7 +18,7 @@ public:
 
     bool send(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
               int payload_count) override;
-    size_t max_inline(PeerId) const override { return 1u << 16; }
+    size_t max_inline(PeerId) override { return 1u << 16; }
     int progress(const MessageHandler &handler) override;
     bool has_bulk(PeerId) const override { return true; }
     bool bulk_read(PeerId, const struct iovec *local, int nl, const struct iovec *remote, int nr,

@@ -102,8 +102,11 @@ Peer *ShmWire::find_peer(PeerId id) {
     return raw;
 }
 
-size_t ShmWire::max_inline(PeerId) const {
-    return rx_.max_message_bytes();
+// The peer's ring, which it sized itself (PTL_SHM_CELLS and PTL_SHM_CELL_SIZE are its own):
+// a message sized for ours would never fit a smaller one. Ours until it can be attached.
+size_t ShmWire::max_inline(PeerId to) {
+    const Peer *p = peer(to);
+    return p ? p->ring.max_message_bytes() : rx_.max_message_bytes();
 }
 
 bool ShmWire::has_room_now(PeerId to, size_t header_len, size_t payload_len) {

@@ -57,7 +57,8 @@ public:
         return !p->dead && p->backlog.empty() &&
                p->ring.try_push_filled(self_.nid, self_.pid, header_len, payload, payload_len, fill);
     }
-    size_t max_inline(PeerId to) const override;
+    size_t max_inline(PeerId to) override;
+    size_t max_inline_from(PeerId) override { return rx_.max_message_bytes(); }
     // Whether a message of `bytes` to `to` would go into its ring now rather than wait in our
     // backlog (a hint).
     bool has_room_now(PeerId to, size_t header_len, size_t payload_len);

@@ -46,7 +46,7 @@ public:
     // Queued without a system call: the next send to the peer or the next progress writes it.
     bool send_deferrable(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                          int payload_count) override;
-    size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
+    size_t max_inline(PeerId) override { return size_t(cfg_.max_message); }
     int progress(const MessageHandler &handler) override;
     // As progress, with the caller's reading of monotonic_ns (idle polls are rationed by it).
     int progress(const MessageHandler &handler, uint64_t now_ns);

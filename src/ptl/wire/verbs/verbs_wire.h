@@ -85,7 +85,7 @@ public:
               int payload_count) override;
     bool send_deferrable(PeerId to, const void *header, size_t header_len, const struct iovec *payload,
                          int payload_count) override;
-    size_t max_inline(PeerId) const override { return size_t(cfg_.max_message); }
+    size_t max_inline(PeerId) override { return size_t(cfg_.max_message); }
     int progress(const MessageHandler &handler) override;
     bool peer_dead(PeerId) override;
 
