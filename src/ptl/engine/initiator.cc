@@ -206,8 +206,7 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
         const bool volatile_fits =
             (put_md->desc.options & PTL_MD_VOLATILE) && operand_len + a.length <= payload_room;
         const bool too_big = a.length > cfg_.rndv_threshold || operand_len + a.length > payload_room;
-        rndv = kind == TrigKind::Put && too_big && !volatile_fits && w &&
-               w->has_bulk(peer) &&
+        rndv = kind == TrigKind::Put && too_big && !volatile_fits && w && w->has_bulk(peer) &&
                add_segments(*w, peer, put_md->region, put_off, a.length, false, segs, &export_id);
         // Through the ring only while it has room: a message waiting in our backlog is copied
         // once more, and a stream of them fills the ring (a 1 MiB ring holds 7 of 128 KiB).
