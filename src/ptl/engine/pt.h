@@ -25,8 +25,9 @@ using UhBucket = IList<UnexpectedHeader, &UnexpectedHeader::bucket_hook>;
 
 // The bucket of `bits` in a map of lists by match bits, made if missing. The nodes of buckets
 // that emptied are kept for the next new key (a few): most exact entries have match bits of
-// their own (a rendezvous' key, a receive's tag) and live for one message, and a map node
-// allocated and freed per message was a tenth of a 16 KiB tagged send's engine time.
+// their own (a rendezvous' key, a receive's tag) and live for one message: a map node
+// allocated and freed per message (append + unlink of such an entry: 1,150 instructions, 1,088
+// with the nodes kept).
 template <typename Map>
 typename Map::mapped_type &bucket_of(Map &map, std::vector<typename Map::node_type> &spare,
                                      ptl_match_bits_t bits) {

@@ -140,8 +140,8 @@ struct Iface {
     std::deque<std::pair<uct_tag_context_t *, uct_tag_t>> cancelled;
     using PostedMap = std::unordered_map<uct_tag_context_t *, uct_tag_t>;
     PostedMap posted;  // receives whose ME is linked
-    // Map nodes of receives that left `posted`, for the next posts: a node allocated and freed
-    // per tagged receive is measurable at 4-16 KiB.
+    // Map nodes of receives that left `posted`, for the next posts: not a malloc and a free
+    // per tagged receive on UCP's receive path.
     std::vector<PostedMap::node_type> posted_spare;
     void track_posted(uct_tag_context_t *ctx, uct_tag_t tag) {
         if (posted_spare.empty()) {
