@@ -936,8 +936,8 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
     for (const ptl_process_t &p : map)
         if (p.phys.nid != map[0].phys.nid) GTEST_SKIP() << "ranks on more than one host";
     const char *limit_env = std::getenv("PTL_SHM_COPY_MAX");
-    const size_t limit = limit_env && *limit_env ? size_t(std::atol(limit_env)) : 131072;
-    const size_t small = 65536, big = 262144;  // above PTL_RNDV_THRESH; below / above the limit
+    const size_t limit = limit_env && *limit_env ? size_t(std::atol(limit_env)) : 262144;
+    const size_t small = 65536, big = 524288;  // above PTL_RNDV_THRESH; below / above the limit
     if (limit >= big) GTEST_SKIP() << "PTL_SHM_COPY_MAX=" << limit;
 
     const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
@@ -1002,7 +1002,7 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
 // Each process sizes its own receive ring (PTL_SHM_CELLS, PTL_SHM_CELL_SIZE): messages to a
 // peer are sized for the peer's ring, a get's inline reply for ours. run_multiprocess.sh also
 // runs this with one rank's ring at 64 cells (messages of 4 KiB at most), where puts sized for
-// the other's 1 MiB ring were refused as undeliverable. Heap buffers: nothing for the peer to
+// the other's 2 MiB ring were refused as undeliverable. Heap buffers: nothing for the peer to
 // map, so inline wherever the ring takes it.
 TEST_F(Job, PutsAndGetsOfEverySizeReachAPeerWhoseRingIsSmaller) {
     const int n = nranks();

@@ -16,7 +16,7 @@ for wire in shm tcp; do
   done
 done
 # Rings of different sizes: rank 1's holds messages of 4 KiB at most (64 cells), the others'
-# 256 KiB; every put and get still arrives.
+# 512 KiB; every put and get still arrives.
 echo "== ptlrun -n 2 mp_tests, rank 1 with PTL_SHM_CELLS=64"
 "$ptlrun" -n 2 --timeout 120 sh -c '[ "$PTLRT_RANK" != 1 ] || export PTL_SHM_CELLS=64; exec "$0" "$@"' "$mp" \
   --gtest_filter='Job.PutsAndGetsOfEverySize*:Job.MatchedSends*:Job.NoAckPuts*' --gtest_brief=1

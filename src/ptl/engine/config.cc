@@ -43,7 +43,7 @@ Config Config::from_env() {
     c.rndv_threshold = uint64_t(env_long("PTL_RNDV_THRESH", long(c.rndv_threshold)));
     c.bulk_hold_max = size_t(std::clamp(env_long("PTL_BULK_HOLD_MAX", long(c.bulk_hold_max)), 1L, 1L << 20));
     c.shm_cells = uint32_t(env_long("PTL_SHM_CELLS", c.shm_cells));
-    if (c.shm_cells < 64 || (c.shm_cells & (c.shm_cells - 1))) c.shm_cells = 4096;
+    if (c.shm_cells < 64 || (c.shm_cells & (c.shm_cells - 1))) c.shm_cells = kDefaultShmCells;
     c.shm_cell_size = uint32_t(env_long("PTL_SHM_CELL_SIZE", c.shm_cell_size));
     if (c.shm_cell_size < 128 || c.shm_cell_size % 64) c.shm_cell_size = 256;
     c.shm_copy_max = uint64_t(std::max(0L, env_long("PTL_SHM_COPY_MAX", long(c.shm_copy_max))));

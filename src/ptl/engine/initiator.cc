@@ -209,7 +209,7 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
         rndv = kind == TrigKind::Put && too_big && !volatile_fits && w && w->has_bulk(peer) &&
                add_segments(*w, peer, put_md->region, put_off, a.length, false, segs, &export_id);
         // Through the ring only while it has room: a message waiting in our backlog is copied
-        // once more, and a stream of them fills the ring (a 1 MiB ring holds 7 of 128 KiB).
+        // once more, and a stream of them fills the ring (a 2 MiB ring holds 7 of 256 KiB).
         if (rndv && a.length <= copy_max && !all_mapped(*w, segs) &&
             shm_->has_room_now(peer, sizeof h, operand_len + a.length)) {
             drop_segments(*w, segs, &export_id);
