@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -59,6 +60,59 @@ protected:
         ptl_me_t me = me_desc(p, len, opts, bits, ign, ct);
         me.match_id.rank = src < 0 ? PTL_RANK_ANY : ptl_rank_t(src);
         return me;
+    }
+    // Every rank puts `len` bytes of heap memory (full events, so never the direct path) to
+    // the next rank and gets as many from the previous one, with match bits `bits` and
+    // `bits` + 1; checks the events and the bytes. `answered` runs once every target has
+    // answered, before the buffers go.
+    void put_next_get_prev(size_t len, ptl_match_bits_t bits, const std::function<void()> &answered = {}) {
+        const int n = nranks(), next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+        const auto put_byte = [len](size_t i, int r) {
+            return static_cast<unsigned char>(i * 7 + size_t(r) * 3 + len);
+        };
+        const auto get_byte = [](size_t i, int r) {
+            return static_cast<unsigned char>(i * 13 + size_t(r) * 5 + 1);
+        };
+        std::vector<unsigned char> put_src(len), put_dst(len, 0), get_src(len), get_dst(len, 0);
+        for (size_t i = 0; i < len; ++i) {
+            put_src[i] = put_byte(i, rank());
+            get_src[i] = get_byte(i, rank());
+        }
+        const unsigned opts = PTL_ME_EVENT_LINK_DISABLE;
+        ptl_me_t pm = me_from(prev, put_dst.data(), len, PTL_ME_OP_PUT | opts, bits, 0);
+        ptl_me_t gm = me_from(next, get_src.data(), len, PTL_ME_OP_GET | opts, bits + 1, 0);
+        ptl_handle_me_t ph, gh;
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &pm, PTL_PRIORITY_LIST, nullptr, &ph), PTL_OK);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &gm, PTL_PRIORITY_LIST, nullptr, &gh), PTL_OK);
+        const ptl_handle_md_t put_md = bind(put_src.data(), len), get_md = bind(get_dst.data(), len);
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        ASSERT_EQ(PtlPut(put_md, 0, len, PTL_ACK_REQ, to(next), pt_, bits, 0, nullptr, 0), PTL_OK);
+        ASSERT_EQ(PtlGet(get_md, 0, len, to(prev), pt_, bits + 1, 0, nullptr), PTL_OK);
+        for (int k = 0; k < 3; ++k) {  // SEND, ACK, REPLY
+            const ptl_event_t ev = next_event(md_eq_, 20000);
+            ASSERT_NE(ev.type, 0xff) << "initiator event " << k;
+            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << "event type " << int(ev.type);
+        }
+        for (int k = 0; k < 2; ++k) {  // PUT from prev, GET from next
+            const ptl_event_t ev = next_event(eq_, 20000);
+            ASSERT_NE(ev.type, 0xff) << "target event " << k;
+            EXPECT_EQ(ev.mlength, len) << "event type " << int(ev.type);
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);  // every target has answered
+        if (answered) answered();
+        for (size_t i = 0; i < len; ++i) {
+            if (put_dst[i] != put_byte(i, prev) || get_dst[i] != get_byte(i, prev)) {
+                ADD_FAILURE() << "byte " << i << ": put " << int(put_dst[i]) << " want "
+                              << int(put_byte(i, prev)) << ", get " << int(get_dst[i]) << " want "
+                              << int(get_byte(i, prev));
+                break;
+            }
+        }
+        ASSERT_EQ(ptlrt_barrier(), 0);  // peers are done with our buffers
+        EXPECT_EQ(PtlMEUnlink(ph), PTL_OK);
+        EXPECT_EQ(PtlMEUnlink(gh), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(put_md), PTL_OK);
+        EXPECT_EQ(PtlMDRelease(get_md), PTL_OK);
     }
     // A persistent ME for puts from `src` (-1: any rank) counted on `ct`, without full events.
     ptl_handle_me_t append_counted(int src, void *p, ptl_size_t len, ptl_match_bits_t bits,
@@ -940,62 +994,23 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
     const size_t small = 65536, big = 524288;  // above PTL_RNDV_THRESH; below / above the limit
     if (limit >= big) GTEST_SKIP() << "PTL_SHM_COPY_MAX=" << limit;
 
-    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
-    const unsigned opts = PTL_ME_EVENT_LINK_DISABLE;
-    uint64_t phase_bits = 40;
     auto kernel_copies = [&] {
         ptlx_wire_usage_t u{};
         EXPECT_EQ(PtlXWireUsage(ni_, &u), PTL_OK);
         return u.kernel_copies;
     };
+    ptl_match_bits_t bits = 40;
     for (const size_t len : {small, big}) {
         SCOPED_TRACE(len);
-        std::vector<unsigned char> put_src(len), put_dst(len, 0), get_src(len), get_dst(len, 0);
-        for (size_t i = 0; i < len; ++i) {
-            put_src[i] = static_cast<unsigned char>(i * 7 + size_t(rank()) * 3 + len);
-            get_src[i] = static_cast<unsigned char>(i * 13 + size_t(rank()) * 5 + 1);
-        }
-        const ptl_match_bits_t put_bits = phase_bits++, get_bits = phase_bits++;
-        ptl_me_t pm = me_from(prev, put_dst.data(), len, PTL_ME_OP_PUT | opts, put_bits, 0);
-        ptl_me_t gm = me_from(next, get_src.data(), len, PTL_ME_OP_GET | opts, get_bits, 0);
-        ptl_handle_me_t ph, gh;
-        ASSERT_EQ(PtlMEAppend(ni_, pt_, &pm, PTL_PRIORITY_LIST, nullptr, &ph), PTL_OK);
-        ASSERT_EQ(PtlMEAppend(ni_, pt_, &gm, PTL_PRIORITY_LIST, nullptr, &gh), PTL_OK);
-        const ptl_handle_md_t put_md = bind(put_src.data(), len), get_md = bind(get_dst.data(), len);
-        const uint64_t before = kernel_copies();  // before the barrier: peers start after it
-        ASSERT_EQ(ptlrt_barrier(), 0);
-        ASSERT_EQ(PtlPut(put_md, 0, len, PTL_ACK_REQ, to(next), pt_, put_bits, 0, nullptr, 0), PTL_OK);
-        ASSERT_EQ(PtlGet(get_md, 0, len, to(prev), pt_, get_bits, 0, nullptr), PTL_OK);
-        for (int k = 0; k < 3; ++k) {  // SEND, ACK, REPLY
-            const ptl_event_t ev = next_event(md_eq_, 20000);
-            ASSERT_NE(ev.type, 0xff) << "initiator event " << k;
-            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << int(ev.type);
-        }
-        for (int k = 0; k < 2; ++k) {  // PUT from prev, GET from next
-            const ptl_event_t ev = next_event(eq_, 20000);
-            ASSERT_NE(ev.type, 0xff) << "target event " << k;
-            EXPECT_EQ(ev.mlength, len) << int(ev.type);
-        }
-        ASSERT_EQ(ptlrt_barrier(), 0);  // every target has answered: its copies are done
-        const uint64_t copies = kernel_copies() - before;
-        if (len <= limit)
-            EXPECT_EQ(copies, 0u) << "heap data within PTL_SHM_COPY_MAX went by cross-memory attach";
-        else
-            EXPECT_GE(copies, 2u) << "the put's read and the get's reply by cross-memory attach";
-        for (size_t i = 0; i < len; ++i) {
-            const auto want_put = static_cast<unsigned char>(i * 7 + size_t(prev) * 3 + len);
-            const auto want_get = static_cast<unsigned char>(i * 13 + size_t(prev) * 5 + 1);
-            if (put_dst[i] != want_put || get_dst[i] != want_get) {
-                ADD_FAILURE() << "byte " << i << ": put " << int(put_dst[i]) << " want " << int(want_put)
-                              << ", get " << int(get_dst[i]) << " want " << int(want_get);
-                break;
-            }
-        }
-        ASSERT_EQ(ptlrt_barrier(), 0);  // peers are done with our buffers
-        EXPECT_EQ(PtlMEUnlink(ph), PTL_OK);
-        EXPECT_EQ(PtlMEUnlink(gh), PTL_OK);
-        EXPECT_EQ(PtlMDRelease(put_md), PTL_OK);
-        EXPECT_EQ(PtlMDRelease(get_md), PTL_OK);
+        const uint64_t before = kernel_copies();  // peers start after the helper's barrier
+        put_next_get_prev(len, bits, [&] {
+            const uint64_t copies = kernel_copies() - before;
+            if (len <= limit)
+                EXPECT_EQ(copies, 0u) << "heap data within PTL_SHM_COPY_MAX went by cross-memory attach";
+            else
+                EXPECT_GE(copies, 2u) << "the put's read and the get's reply by cross-memory attach";
+        });
+        bits += 2;
     }
 }
 
@@ -1005,49 +1020,11 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
 // the other's 2 MiB ring were refused as undeliverable. Heap buffers: nothing for the peer to
 // map, so inline wherever the ring takes it.
 TEST_F(Job, PutsAndGetsOfEverySizeReachAPeerWhoseRingIsSmaller) {
-    const int n = nranks();
-    const int next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
-    uint64_t bits = 60;
+    ptl_match_bits_t bits = 60;
     for (const size_t len :
          {size_t(1024), size_t(4000), size_t(4096), size_t(8192), size_t(16384), size_t(65536)}) {
         SCOPED_TRACE(len);
-        std::vector<unsigned char> put_src(len), put_dst(len, 0), get_src(len), get_dst(len, 0);
-        for (size_t i = 0; i < len; ++i) {
-            put_src[i] = static_cast<unsigned char>(i * 3 + size_t(rank()) * 11 + len);
-            get_src[i] = static_cast<unsigned char>(i * 5 + size_t(rank()) * 7 + 2);
-        }
-        const ptl_match_bits_t put_bits = bits++, get_bits = bits++;
-        ptl_me_t pm =
-            me_from(prev, put_dst.data(), len, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, put_bits, 0);
-        ptl_me_t gm =
-            me_from(next, get_src.data(), len, PTL_ME_OP_GET | PTL_ME_EVENT_LINK_DISABLE, get_bits, 0);
-        ptl_handle_me_t ph, gh;
-        ASSERT_EQ(PtlMEAppend(ni_, pt_, &pm, PTL_PRIORITY_LIST, nullptr, &ph), PTL_OK);
-        ASSERT_EQ(PtlMEAppend(ni_, pt_, &gm, PTL_PRIORITY_LIST, nullptr, &gh), PTL_OK);
-        const ptl_handle_md_t put_md = bind(put_src.data(), len), get_md = bind(get_dst.data(), len);
-        ASSERT_EQ(ptlrt_barrier(), 0);
-        ASSERT_EQ(PtlPut(put_md, 0, len, PTL_ACK_REQ, to(next), pt_, put_bits, 0, nullptr, 0), PTL_OK);
-        ASSERT_EQ(PtlGet(get_md, 0, len, to(prev), pt_, get_bits, 0, nullptr), PTL_OK);
-        for (int k = 0; k < 3; ++k) {  // SEND, ACK, REPLY
-            const ptl_event_t ev = next_event(md_eq_, 20000);
-            ASSERT_NE(ev.type, 0xff) << "initiator event " << k;
-            EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK) << "event type " << int(ev.type);
-        }
-        for (int k = 0; k < 2; ++k) {  // PUT from prev, GET from next
-            const ptl_event_t ev = next_event(eq_, 20000);
-            ASSERT_NE(ev.type, 0xff) << "target event " << k;
-            EXPECT_EQ(ev.mlength, len) << "event type " << int(ev.type);
-        }
-        ASSERT_EQ(ptlrt_barrier(), 0);
-        size_t bad = 0;
-        for (size_t i = 0; i < len; ++i) {
-            bad += put_dst[i] != static_cast<unsigned char>(i * 3 + size_t(prev) * 11 + len);
-            bad += get_dst[i] != static_cast<unsigned char>(i * 5 + size_t(prev) * 7 + 2);
-        }
-        EXPECT_EQ(bad, 0u) << "bytes that did not arrive as sent";
-        EXPECT_EQ(PtlMEUnlink(ph), PTL_OK);
-        EXPECT_EQ(PtlMEUnlink(gh), PTL_OK);
-        EXPECT_EQ(PtlMDRelease(put_md), PTL_OK);
-        EXPECT_EQ(PtlMDRelease(get_md), PTL_OK);
+        put_next_get_prev(len, bits);
+        bits += 2;
     }
 }
