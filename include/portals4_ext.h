@@ -16,6 +16,16 @@ extern "C" {
  * or PTL_NO_INIT. While an application keeps calling it, the progress thread stays idle. */
 int PtlXProgress(void);
 
+/* PtlPut, and then the MD's [local_offset, local_offset + length) copied to `copy_to`
+ * (length bytes of the caller's memory, outside the MD) before the engine handles any message
+ * that arrives after the put: a copy the target may fetch later (a message it truncated),
+ * made while the message travels instead of before it leaves. Nothing is copied when the put
+ * fails. Returns what PtlPut would. */
+int PtlXPutAndCopy(ptl_handle_md_t md_handle, ptl_size_t local_offset, ptl_size_t length,
+                   ptl_ack_req_t ack_req, ptl_process_t target_id, ptl_pt_index_t pt_index,
+                   ptl_match_bits_t match_bits, ptl_size_t remote_offset, void *user_ptr,
+                   ptl_hdr_data_t hdr_data, void *copy_to);
+
 /* An ME option (with PTL_ME_MANAGE_LOCAL and a non-zero min_free): the ME is a row of slots of
  * min_free bytes, and each message takes whole slots of its own, at least one: the local
  * offset advances to the slot boundary after it, so the next message starts a slot. The ME

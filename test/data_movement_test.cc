@@ -1,7 +1,9 @@
 // §3.14-§3.16 and digest §8-§11: put/get (inline and bulk), iovecs, inaccessible memory,
 // acknowledgment types, counting events, every atomic op × datatype, triggered operations.
+#include <portals4_ext.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <complex>
@@ -525,4 +527,34 @@ TEST_F(Data, TR9_TriggeredCallsRefuseAtPostTimeWhatCouldNeverFire) {
     EXPECT_EQ(PtlTriggeredFetchAtomic(md, 0, md, 8, 8, self_, pt_, 0, 0, nullptr, 0, PTL_CSWAP, PTL_INT64_T, trig, 1),
               PTL_ARG_INVALID);
     EXPECT_EQ(PtlTriggeredGet(md, 0, 8, self_, 100000, 0, 0, nullptr, trig, 1), PTL_ARG_INVALID);
+}
+
+// PtlXPutAndCopy (portals4_ext.h): the put as PtlPut makes it, and the MD's bytes at the copy
+// address once it returns; a put that fails copies nothing; no copy address is refused.
+TEST_F(Data, PutAndCopyLeavesACopyOfWhatItSentAndNothingWhenItFails) {
+    for (size_t len : {size_t(1), size_t(4096), size_t(70000)}) {
+        std::vector<char> src(len + 16), dst(len, 0), copy(len, 0);
+        for (size_t i = 0; i < src.size(); ++i) src[i] = char(i * 13 + len);
+        ptl_handle_me_t me = append(pt_, me_desc(dst.data(), len, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE));
+        ptl_handle_md_t md = bind(src.data(), src.size(), PTL_MD_EVENT_SEND_DISABLE);
+        ASSERT_EQ(PtlXPutAndCopy(md, 16, len, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0, copy.data()),
+                  PTL_OK);
+        EXPECT_EQ(std::memcmp(copy.data(), src.data() + 16, len), 0) << len;
+        EXPECT_EQ(next_event(eq_).type, PTL_EVENT_PUT);
+        EXPECT_EQ(std::memcmp(dst.data(), src.data() + 16, len), 0) << len;
+
+        std::fill(copy.begin(), copy.end(), char(0x5a));
+        EXPECT_EQ(PtlXPutAndCopy(md, 32, len, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0, copy.data()),
+                  PTL_ARG_INVALID);  // past the MD's end (B9)
+        EXPECT_EQ(PtlXPutAndCopy(PTL_INVALID_HANDLE, 0, len, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0,
+                                 copy.data()),
+                  PTL_ARG_INVALID);
+        EXPECT_EQ(PtlXPutAndCopy(md, 0, len, PTL_NO_ACK_REQ, self_, pt_, 0, 0, nullptr, 0, nullptr),
+                  PTL_ARG_INVALID);
+        EXPECT_TRUE(std::all_of(copy.begin(), copy.end(), [](char c) { return c == 0x5a; })) << len;
+        ptl_event_t ev;
+        EXPECT_EQ(PtlEQGet(eq_, &ev), PTL_EQ_EMPTY);
+        EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+        EXPECT_EQ(PtlMEUnlink(me), PTL_OK);
+    }
 }

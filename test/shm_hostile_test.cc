@@ -8,8 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "../src/ptl/wire/shm/shm_ring.h"
 #include "hostile_ni.h"
@@ -50,15 +53,16 @@ protected:
         ASSERT_TRUE(producer_.attach(base_, len_));
     }
     // Writes a put of `data` the way a producer does (reserve, fill, publish), except that
-    // `bend` may rewrite the head before it is published.
+    // `bend` may rewrite the head before it is published; returns the head.
     template <typename Bend>
-    void forge_put(const std::string &data, Bend bend) {
+    CellHead *forge_put(const std::string &data, Bend bend, ptl_match_bits_t bits = kMatchBits) {
         RingControl *c = producer_.control();
         const uint64_t cell_size = c->cell_size, ncells = c->ncells;
-        const ptl::proto::Header h = put_header(data.size());
+        ptl::proto::Header h = put_header(data.size());
+        h.match_bits = bits;
         const uint64_t cells = (sizeof(CellHead) + sizeof h + data.size() + cell_size - 1) / cell_size;
         const uint64_t pos = c->enqueue_pos.fetch_add(cells);
-        ASSERT_LE((pos & (ncells - 1)) + cells, ncells) << "the test's run would wrap";
+        EXPECT_LE((pos & (ncells - 1)) + cells, ncells) << "the test's run would wrap";
         auto *head = reinterpret_cast<CellHead *>(static_cast<char *>(base_) + sizeof(RingControl) +
                                                   (pos & (ncells - 1)) * cell_size);
         head->ncells = uint32_t(cells);
@@ -67,11 +71,13 @@ protected:
         head->payload_len = uint32_t(data.size());
         head->src_nid = self_.phys.nid;
         head->src_pid = self_.phys.pid;
+        head->arrived.store(uint32_t(data.size()), std::memory_order_relaxed);
         std::memcpy(reinterpret_cast<char *>(head + 1), &h, sizeof h);
         std::memcpy(reinterpret_cast<char *>(head + 1) + sizeof h, data.data(), data.size());
         bend(*head);
         head->seq.store(pos + 1, std::memory_order_release);
         producer_.ring_doorbell_if_sleeping();
+        return head;
     }
     void put(const std::string &data) {
         const ptl::proto::Header h = put_header(data.size());
@@ -107,4 +113,68 @@ TEST_F(ShmHostile, RunsWhoseHeadCannotBeAProducersAreDroppedCountedAndDoNotStopT
     EXPECT_EQ(malformed() - before, 4);
     ptl_event_t more;
     EXPECT_EQ(PtlEQGet(eq_, &more), PTL_EQ_EMPTY) << "a forged run was delivered: event " << more.type;
+}
+
+// A large message is published after its first part (CellHead::arrived counts what is in) and
+// read as the rest arrives. A sender that writes the rest later is waited for: the put lands
+// whole. One whose process is gone before it wrote the rest is dropped and counted (its entry
+// reports the put failed, as for a payload shorter than its header says), and the ring goes
+// on with the messages after it.
+class ShmStreamed : public ShmHostile {
+protected:
+    static constexpr ptl_match_bits_t kBigBits = 9;
+    static constexpr size_t kBig = 40000, kFirstPart = 8192;
+    void SetUp() override {
+        ShmHostile::SetUp();
+        if (HasFatalFailure()) return;
+        const ptl_me_t me =
+            me_desc(big_.data(), big_.size(), PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, kBigBits);
+        ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &big_me_), PTL_OK);
+        data_.resize(kBig);
+        for (size_t i = 0; i < kBig; ++i) data_[i] = char('a' + i % 23);
+    }
+    std::vector<char> big_ = std::vector<char>(kBig + 64, 0);
+    ptl_handle_me_t big_me_{};
+    std::string data_;
+};
+
+TEST_F(ShmStreamed, APutWhoseSenderWritesTheRestLaterLandsWhole) {
+    const ptl_sr_value_t before = malformed();
+    CellHead *head = forge_put(
+        data_, [](CellHead &h) { h.arrived.store(kFirstPart); }, kBigBits);
+    char *payload = reinterpret_cast<char *>(head + 1) + head->header_len;
+    std::memset(payload + kFirstPart, 0, kBig - kFirstPart);  // not there yet
+    std::thread sender([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the reader waits meanwhile
+        std::memcpy(payload + kFirstPart, data_.data() + kFirstPart, kBig - kFirstPart);
+        head->arrived.store(uint32_t(kBig), std::memory_order_release);
+    });
+    const ptl_event_t ev = next_event(eq_);
+    sender.join();
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+    EXPECT_EQ(ev.mlength, kBig);
+    EXPECT_EQ(std::memcmp(big_.data(), data_.data(), kBig), 0);
+    EXPECT_EQ(malformed() - before, 0);
+}
+
+TEST_F(ShmStreamed, APutWhoseSenderDiedBeforeTheRestArrivedIsDroppedCountedAndTheRingGoesOn) {
+    const ptl_sr_value_t before = malformed();
+    forge_put(
+        data_,
+        [&](CellHead &h) {
+            h.arrived.store(kFirstPart);
+            h.src_pid = self_.phys.pid + 7919;  // a sender with no ring: no process behind it
+        },
+        kBigBits);
+    put("arrives");
+    const ptl_event_t dropped = next_event(eq_);
+    EXPECT_EQ(dropped.type, PTL_EVENT_PUT);
+    EXPECT_EQ(dropped.ni_fail_type, PTL_NI_SEGV);
+    EXPECT_EQ(dropped.match_bits, kBigBits);
+    const ptl_event_t ev = next_event(eq_);
+    EXPECT_EQ(ev.type, PTL_EVENT_PUT);
+    EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+    EXPECT_STREQ(buf_, "arrives");
+    EXPECT_EQ(malformed() - before, 1);
 }

@@ -856,6 +856,83 @@ TEST(UctPortals, TagMatchingExpectedUnexpectedAndRendezvous) {
         });
 }
 
+// Eager tagged messages of every flavour up to EAGER_MAX (16 KiB, twice a receive descriptor)
+// that meet no posted receive, sent while the receiver (4 descriptors) does not progress: most
+// meet the catch-all and are fetched from the sender's buffer, which short and zcopy sends
+// fill only after the message left (PtlXPutAndCopy). Each arrives whole and in order, a short
+// one's source scribbled on as soon as the call returned.
+TEST(UctPortals, UnexpectedEagerTaggedMessagesUpToEagerMaxArriveWholeAndInOrder) {
+    constexpr int kCount = 300;
+    run_pair(
+        [&](Channel &c) {  // receiver
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx, {{"RX_DESCS", "4"}});
+            EXPECT_EQ(s.attr.cap.tag.eager.max_zcopy, 16384u);
+            EXPECT_EQ(s.attr.cap.tag.eager.max_short, 16384u);
+            EXPECT_EQ(s.attr.cap.am.max_bcopy, 8192u);
+            c.send(s.address().data(), s.address().size());
+            c.expect("sent");
+            ASSERT_TRUE(s.wait([&] { return rx.unexp.size() == kCount; })) << rx.unexp.size();
+            size_t longer = 0;
+            for (int i = 0; i < kCount; ++i) {
+                const TagRx::Unexp &u = rx.unexp[size_t(i)];
+                const size_t len = size_t(i) * 997 % 16385;
+                EXPECT_EQ(u.tag, uct_tag_t(i));
+                EXPECT_FALSE(u.rndv);
+                ASSERT_EQ(u.data.size(), len) << "message " << i;
+                EXPECT_EQ(first_mismatch(u.data.data(), len, unsigned(i)), len) << "message " << i;
+                longer += len > 8192;
+            }
+            EXPECT_GT(longer, size_t(kCount / 3));
+            c.signal("done");
+            s.close();
+        },
+        [&](Channel &c) {  // sender
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx, {{"TX_DESCS", "1024"}, {"TX_QUEUE_LEN", "1024"}, {"TX_WINDOW", "1024"}});
+            uct_ep_h ep = s.connect(c.recv());
+            std::vector<std::vector<char>> bufs(kCount);
+            std::deque<Counted> zdone;
+            for (int i = 0; i < kCount; ++i) {
+                const size_t len = size_t(i) * 997 % 16385;
+                std::vector<char> &buf = bufs[size_t(i)];
+                buf.resize(len + 1);
+                fill(buf.data(), len, unsigned(i));
+                ucs_status_t st;
+                do {
+                    if (i % 3 == 0) {
+                        st = uct_ep_tag_eager_short(ep, uct_tag_t(i), buf.data(), len);
+                        if (st == UCS_OK) std::fill(buf.begin(), buf.end(), char(0x5a));  // free at once
+                    } else if (i % 3 == 1) {
+                        PackArg a{buf.data(), len};
+                        const ssize_t n = uct_ep_tag_eager_bcopy(ep, uct_tag_t(i), 0, pack, &a, 0);
+                        st = n < 0 ? ucs_status_t(n) : UCS_OK;
+                    } else {
+                        zdone.emplace_back();
+                        uct_iov_t iov{buf.data(), len, nullptr, len, 1};
+                        st = uct_ep_tag_eager_zcopy(ep, uct_tag_t(i), 0, &iov, 1, 0, &zdone.back().comp);
+                        if (st == UCS_OK || st == UCS_INPROGRESS) {
+                            if (st == UCS_OK) zdone.back().done = 1;
+                            st = UCS_OK;
+                        } else {
+                            zdone.pop_back();
+                        }
+                    }
+                    if (st == UCS_ERR_NO_RESOURCE) s.progress();
+                } while (st == UCS_ERR_NO_RESOURCE);
+                ASSERT_EQ(st, UCS_OK) << i;
+            }
+            c.signal("sent");
+            c.expect("done");
+            s.flush(ep);
+            for (const Counted &z : zdone) EXPECT_EQ(z.done, 1);
+            uct_ep_destroy(ep);
+            s.close();
+        });
+}
+
 // Receives posted into one shared buffer (as bandwidth benchmarks post them) each report
 // their own software rendezvous request: UCP reads the request when the receive is reported,
 // and by then later requests have overwritten the buffer, so it must not come from there.

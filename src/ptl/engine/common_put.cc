@@ -15,11 +15,17 @@
 
 namespace ptl {
 
-int Engine::put(const DataOpArgs &a) {
+int Engine::put(const DataOpArgs &a, void *copy_to) {
     Lock lk(mu_);
     int rc = common_put(a);
     if (rc == kNotCommon) [[unlikely]]
         rc = data_op_locked<TrigKind::Put>(a);
+    // Under the lock that message handling takes: no request that came after the put (a
+    // target's fetch of what it truncated) is served before the copy is there.
+    if (copy_to && rc == PTL_OK) {
+        const Md *md = md_of(a.md);
+        if (!md || !md->region.read(a.local_offset, copy_to, a.length, false)) rc = PTL_ARG_INVALID;
+    }
     finish_call();
     return rc;
 }

@@ -10,6 +10,7 @@
 
 #include "../util/clock.h"
 #include "../util/copy_small.h"
+#include "../wire/arriving.h"
 #include "../wire/shm/shm_wire.h"
 #include "atomic_ops.h"
 #include "engine.h"
@@ -278,6 +279,14 @@ void Engine::process_message(const InMessage &m) {
         return;
     }
     std::memcpy(&h, m.header, sizeof h);
+    // Only a put's data is read as it arrives (copy_arriving); everything else reads it whole.
+    if (m.arriving && (h.op != proto::kPut || (h.flags & proto::kRendezvous)) &&
+        !payload_arrived(m, m.payload_len)) [[unlikely]] {
+        PTL_TRACE_NOTABLE(trace_.get(), "message <- 0x%x:%u dropped: its sender died while writing it",
+                          m.from.nid, m.from.pid);
+        count_malformed();
+        return;
+    }
     if (h.op >= proto::kExportInfo && h.op <= proto::kReleased && h.ni_index < 4) [[unlikely]] {
         on_direct_control(m, h);  // between engines, for no NI in particular
         return;
@@ -476,7 +485,14 @@ bool Engine::deliver_plain_put(Ni *n, Pt &pt, Entry *e, const InMessage &m, cons
     const size_t data_len = m.payload_len - h.operand_len;
     if (mlength > data_len) return false;  // a short payload: the general path says SEGV (B6)
     char *const start = static_cast<char *>(e->region.address_at(offset));
-    copy_small(start, static_cast<const char *>(m.payload) + h.operand_len, mlength);
+    if (!m.arriving) [[likely]] {
+        copy_small(start, static_cast<const char *>(m.payload) + h.operand_len, mlength);
+    } else if (!copy_arriving(m, h.operand_len, mlength, [start](size_t at, const char *from, size_t n) {
+                   std::memcpy(start + at, from, n);
+                   return true;
+               })) {
+        return false;  // its sender died: the general path reports what is missing
+    }
     if (pooled) e->slots.pop();
     if (pt.eq && entry_allows_full(*e, PTL_EVENT_PUT, true)) {
         fill_comm_event(pt.eq->emplace(), *e, *n, m, h, {PTL_EVENT_PUT, start, mlength, PTL_NI_OK, list});
@@ -672,8 +688,20 @@ void Engine::on_matched(Ni *n, Pt &pt, Entry *e, ptl_list_t list, const InMessag
                                      : SharedAtomics::No;
 
     auto write_in = [&](ptl_size_t len) -> bool {
-        if (!rndv) [[likely]]
-            return len <= data_len && e->region.write(offset, data, len, checked);
+        if (!rndv) [[likely]] {
+            if (len > data_len) return false;
+            if (!m.arriving) [[likely]]
+                return e->region.write(offset, data, len, checked);
+            const bool in = copy_arriving(m, h.operand_len, len, [&](size_t at, const char *from, size_t n) {
+                return e->region.write(offset + at, from, n, checked);
+            });
+            if (!in && m.arriving->load(std::memory_order_acquire) < h.operand_len + len) {  // no data
+                PTL_TRACE_NOTABLE(trace_.get(), "put <- 0x%x:%u failed: its sender stopped writing it",
+                                  m.from.nid, m.from.pid);
+                count_malformed();
+            }
+            return in;
+        }
         return pull_rendezvous(m, e->region, offset, data, data_len, len);
     };
 

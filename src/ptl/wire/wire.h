@@ -5,6 +5,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,9 @@ struct InMessage {
     // over tcp it could claim to be us, and the loopback wire's bulk path would then write
     // into our own memory wherever the message says. Null: no bulk (injected input).
     Wire *via = nullptr;
+    // Non-null while the sender is still writing the payload (the shm wire streams large
+    // ones): how many of its bytes are in. Read it only through arriving.h.
+    const std::atomic<uint32_t> *arriving = nullptr;
 };
 
 using MessageHandler = std::function<void(const InMessage &)>;
@@ -104,6 +108,8 @@ public:
 
     // Whether the peer process is known to have gone away.
     virtual bool peer_dead(PeerId) { return false; }
+    // Whether a process that sent us a message has gone away (looked up if need be).
+    virtual bool sender_gone(PeerId from) { return peer_dead(from); }
     // Another wire carries everything to `peer` from now on: close our connections to it
     // without taking that for its death (a later send opens a new one).
     virtual void release_peer(PeerId) {}

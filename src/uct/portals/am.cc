@@ -12,7 +12,8 @@ extern "C" {
 using namespace uct_portals;
 
 ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
-                                      uint64_t hdr_data, int tx_desc, size_t length, bool awaits_report) {
+                                      uint64_t hdr_data, int tx_desc, size_t length, bool awaits_report,
+                                      const void *data, bool data_volatile) {
     Iface *f = ep->iface;
     Peer &p = *ep->window;
     MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
@@ -22,8 +23,12 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
         m.fetch_length = g;
     }
     // No event: the MD reports no SEND, and a failed peer is found by check_peers.
-    const int rc = PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length,
-                          PTL_NO_ACK_REQ, ep->peer, pt, bits, encode_msg(m), nullptr, hdr_data);
+    char *const desc = f->tx_desc_addr(tx_desc);
+    const int rc = data ? PtlXPutAndCopy(data_volatile ? f->md_volatile : f->md,
+                                         reinterpret_cast<uintptr_t>(data), length, PTL_NO_ACK_REQ, ep->peer,
+                                         pt, bits, encode_msg(m), nullptr, hdr_data, desc)
+                        : PtlPut(f->md, reinterpret_cast<uintptr_t>(desc), length, PTL_NO_ACK_REQ, ep->peer,
+                                 pt, bits, encode_msg(m), nullptr, hdr_data);
     if (rc != PTL_OK) {
         if (m.grant) f->windows.owe_again(p, m.fetch_length);
         if (m.ask) f->windows.ask_again(p);
@@ -37,7 +42,7 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
 
 // Copies header + iov into a send buffer; returns the length, or < 0 for no buffer.
 ssize_t uct_portals::gather(Ep *ep, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
-                            size_t iovcnt) {
+                            size_t iovcnt, size_t limit) {
     Iface *f = ep->iface;
     *desc = f->get_tx_desc(ep);
     if (*desc < 0) return UCS_ERR_NO_RESOURCE;
@@ -45,19 +50,19 @@ ssize_t uct_portals::gather(Ep *ep, int *desc, const void *header, size_t header
     if (header_length) std::memcpy(p, header, header_length);
     ucs_iov_iter_t it;
     ucs_iov_iter_init(&it);
-    const size_t n = uct_iov_to_buffer(iov, iovcnt, &it, p + header_length, f->seg_size - header_length);
+    const size_t n = uct_iov_to_buffer(iov, iovcnt, &it, p + header_length, limit - header_length);
     return ssize_t(header_length + n);
 }
 
-ssize_t uct_portals::pack_into_desc(Ep *ep, int *desc, uct_pack_callback_t pack_cb, void *arg,
+ssize_t uct_portals::pack_into_desc(Ep *ep, int *desc, uct_pack_callback_t pack_cb, void *arg, size_t limit,
                                     const char *what) {
     Iface *f = ep->iface;
     *desc = f->get_tx_desc(ep);
     if (*desc < 0) return UCS_ERR_NO_RESOURCE;
     const size_t length = pack_cb(f->tx_desc_addr(*desc), arg);
-    if (length > f->seg_size) {
+    if (length > limit) {
         f->tx_free.push_back(*desc);
-        ucs_error("portals: %s packed %zu bytes, more than seg_size %zu", what, length, f->seg_size);
+        ucs_error("portals: %s packed %zu bytes, more than its limit %zu", what, length, limit);
         return UCS_ERR_INVALID_PARAM;
     }
     return ssize_t(length);
@@ -84,7 +89,7 @@ extern "C" ucs_status_t uct_portals_ep_am_short_iov(uct_ep_h tl_ep, uint8_t id, 
     UCT_CHECK_AM_ID(id);
     UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "am_short_iov");
     int d;
-    const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
+    const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt, f->seg_size);
     if (len < 0) return ucs_status_t(len);
     return put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len));
 }
@@ -96,7 +101,7 @@ extern "C" ssize_t uct_portals_ep_am_bcopy(uct_ep_h tl_ep, uint8_t id, uct_pack_
     UCT_CHECK_AM_ID(id);
     if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, "am_bcopy");
+    const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, f->seg_size, "am_bcopy");
     if (length < 0) return length;
     const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(length));
     return s == UCS_OK ? length : ssize_t(s);
@@ -113,7 +118,7 @@ extern "C" ucs_status_t uct_portals_ep_am_zcopy(uct_ep_h tl_ep, uint8_t id, cons
     UCT_CHECK_LENGTH(header_length + uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "am_zcopy");
     if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt);
+    const ssize_t len = gather(ep, &d, header, header_length, iov, iovcnt, f->seg_size);
     if (len < 0) return ucs_status_t(len);
     const ucs_status_t s = put_message(ep, MsgKind::Am, ep->am_pt, id, 0, d, size_t(len), true);
     return s == UCS_OK ? f->complete_on_arrival(ep, comp) : s;

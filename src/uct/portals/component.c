@@ -27,8 +27,8 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      UCS_CONFIG_TYPE_TABLE(uct_iface_config_table)},
 
     {"SEG_SIZE", "8k",
-     "Largest active message or eager tagged message body sent by copy (short/bcopy); each\n"
-     "receive descriptor holds one.",
+     "Largest active message; each receive descriptor holds one (and an eager tagged message\n"
+     "up to this size that meets no posted receive).",
      ucs_offsetof(uct_portals_iface_config_t, seg_size), UCS_CONFIG_TYPE_MEMUNITS},
 
     {"RX_DESCS", "256",
@@ -75,9 +75,12 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      "Tagged receives that can be posted at once (uct_iface_tag_recv_zcopy).",
      ucs_offsetof(uct_portals_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},
 
-    {"MAX_ZCOPY", "1m",
-     "Largest zero-copy active message or eager tagged send.",
-     ucs_offsetof(uct_portals_iface_config_t, max_zcopy), UCS_CONFIG_TYPE_MEMUNITS},
+    {"EAGER_MAX", "16k",
+     "Largest eager tagged message (short, bcopy, zcopy); larger ones go by rendezvous. Send\n"
+     "buffers are this size (or SEG_SIZE, if larger). An eager message larger than SEG_SIZE\n"
+     "that meets no posted receive finds no receive descriptor: the receiver fetches it\n"
+     "from the sender's buffer.",
+     ucs_offsetof(uct_portals_iface_config_t, eager_max), UCS_CONFIG_TYPE_MEMUNITS},
 
     {"RNDV_MAX_HDR", "128",
      "Largest user header of a tagged rendezvous (UCP needs at least 17 bytes).",

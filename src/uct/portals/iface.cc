@@ -114,6 +114,7 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->uct = uct;
     f->ni = pmd->ni;
     f->seg_size = seg_size;
+    f->eager_max = std::max(seg_size, cfg->eager_max);
     // Tag offload unless configured off or the opener lists its features without
     // UCT_IFACE_FEATURE_TAG (UCP without UCP_FEATURE_TAG).
     f->tag_offload = cfg->tm_enable && (!(params->field_mask & UCT_IFACE_PARAM_FIELD_FEATURES) ||
@@ -167,9 +168,9 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     if (rc == PTL_OK) rc = f->am_rx.init(f->ni, f->am_pt, rx_descs, f->seg_size, rx_layout, "active message");
     if (rc == PTL_OK) rc = f->tag_rx.init(f->ni, f->tag_pt, rx_descs, f->seg_size, rx_layout, "tagged");
     if (rc == PTL_OK) {
-        f->tx_stride = (f->seg_size + 63) & ~size_t(63);
+        f->tx_stride = (f->eager_max + 63) & ~size_t(63);
         if (f->tx_stride * tx_descs > kMaxTxPoolBytes) {
-            ucs_error("portals: TX_DESCS x SEG_SIZE (%u x %zu) exceeds %llu bytes", tx_descs, f->tx_stride,
+            ucs_error("portals: TX_DESCS x EAGER_MAX (%u x %zu) exceeds %llu bytes", tx_descs, f->tx_stride,
                       (unsigned long long)kMaxTxPoolBytes);
             rc = PTL_ARG_INVALID;
         } else if (posix_memalign(reinterpret_cast<void **>(&f->tx_buf), 64, f->tx_stride * tx_descs)) {
@@ -271,9 +272,9 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.tag.recv.max_zcopy = SIZE_MAX >> 24;
     attr->cap.tag.recv.max_iov = 1;
     attr->cap.tag.recv.max_outstanding = f->tm_list_size;
-    attr->cap.tag.eager.max_short = seg;
-    attr->cap.tag.eager.max_bcopy = seg;
-    attr->cap.tag.eager.max_zcopy = seg;
+    attr->cap.tag.eager.max_short = f->eager_max;
+    attr->cap.tag.eager.max_bcopy = f->eager_max;
+    attr->cap.tag.eager.max_zcopy = f->eager_max;
     attr->cap.tag.eager.max_iov = kMaxIov;
     attr->cap.tag.rndv.max_zcopy = size_t(1) << 30;  // like IB; UCP reads larger ones in software
     attr->cap.tag.rndv.max_hdr = f->rndv_max_hdr;

@@ -108,7 +108,8 @@ namespace uct_portals {
 struct Iface {
     uct_portals_iface_t *uct = nullptr;
     // configuration
-    size_t seg_size = 0;
+    size_t seg_size = 0;      // largest active message, and a receive descriptor's size
+    size_t eager_max = 0;     // largest eager tagged message (>= seg_size): a send buffer's size
     size_t rndv_max_hdr = 0;  // as advertised: the configured one within what fits
     bool tag_offload = true;
     unsigned tm_list_size = 0;
@@ -344,10 +345,12 @@ namespace uct_portals {
 // Copies header + iov into a free send buffer (*desc); returns the length, or
 // UCS_ERR_NO_RESOURCE when no buffer is free.
 ssize_t gather(Ep *ep, int *desc, const void *header, size_t header_length, const uct_iov_t *iov,
-               size_t iovcnt);
+               size_t iovcnt, size_t limit);
 
 // Packs into a free send buffer (*desc); returns the length, or an error (buffer released).
-ssize_t pack_into_desc(Ep *ep, int *desc, uct_pack_callback_t pack_cb, void *arg, const char *what);
+// `limit`: the largest message of its kind (seg_size, or eager_max for tagged ones).
+ssize_t pack_into_desc(Ep *ep, int *desc, uct_pack_callback_t pack_cb, void *arg, size_t limit,
+                       const char *what);
 
 // Engine return codes to UCX statuses.
 ucs_status_t status_of(int ptl_rc);
@@ -365,7 +368,12 @@ inline Ep *ep_of(uct_ep_h ep) {
 // Issue an operation on an ep, returning UCS_ERR_NO_RESOURCE when the iface is out of ops.
 // Sends a message from a send buffer (held until the receiver reports it processed).
 // `awaits_report`: the send completes when the receiver reports it processed (zcopy).
+// `data`: the message is sent from there (a zcopy's one piece, a short send's data) and
+// copied into the send buffer only once it left (PtlXPutAndCopy), for a receiver that
+// truncated it to fetch: one copy fewer before the message is on its way. `data_volatile`:
+// the data may change once the call returns (a short send: at most max_volatile bytes).
 ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits, uint64_t hdr_data,
-                         int tx_desc, size_t length, bool awaits_report = false);
+                         int tx_desc, size_t length, bool awaits_report = false, const void *data = nullptr,
+                         bool data_volatile = false);
 
 }  // namespace uct_portals

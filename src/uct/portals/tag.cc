@@ -18,6 +18,10 @@ using namespace uct_portals;
 
 namespace {
 
+// Up to this size a message is copied into its send buffer first and sent from there: below
+// it, the copy costs less than the engine's copy afterwards under its lock (PtlXPutAndCopy).
+constexpr size_t kCopyFirstMax = 256;
+
 ucs_status_t eager_send(Ep *ep, uct_tag_t tag, uint64_t imm, int desc, size_t length,
                         bool awaits_report = false) {
     return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, desc, length, awaits_report);
@@ -39,11 +43,14 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t
                                                        size_t length) {
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
-    UCT_CHECK_LENGTH(length, 0, f->seg_size, "tag_eager_short");
+    UCT_CHECK_LENGTH(length, 0, f->eager_max, "tag_eager_short");
     const int d = f->get_tx_desc(ep);
     if (d < 0) return UCS_ERR_NO_RESOURCE;
-    if (length) std::memcpy(f->tx_desc_addr(d), data, length);
-    return eager_send(ep, tag, 0, d, length);
+    if (length <= kCopyFirstMax || length > f->max_volatile) {
+        if (length) std::memcpy(f->tx_desc_addr(d), data, length);
+        return eager_send(ep, tag, 0, d, length);
+    }
+    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, 0, d, length, false, data, true);
 }
 
 extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
@@ -52,7 +59,7 @@ extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag,
     Iface *f = ep->iface;
     if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
     int d;
-    const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, "tag_eager_bcopy");
+    const ssize_t length = pack_into_desc(ep, &d, pack_cb, arg, f->eager_max, "tag_eager_bcopy");
     if (length < 0) return length;
     const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(length));
     return s == UCS_OK ? length : ssize_t(s);
@@ -64,12 +71,19 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     Ep *ep = ep_of(tl_ep);
     Iface *f = ep->iface;
     UCT_CHECK_PARAM(iovcnt <= kMaxIov, "tag_eager_zcopy: iovcnt %zu > %zu", iovcnt, kMaxIov);
-    UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->seg_size, "tag_eager_zcopy");
+    UCT_CHECK_LENGTH(uct_iov_total_length(iov, iovcnt), 0, f->eager_max, "tag_eager_zcopy");
     if (!f->can_send(ep)) return UCS_ERR_NO_RESOURCE;
-    int d;
-    const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt);
-    if (len < 0) return ucs_status_t(len);
-    const ucs_status_t s = eager_send(ep, tag, imm, d, size_t(len), true);
+    ucs_status_t s;
+    if (iovcnt == 1 && iov[0].count == 1) {  // what UCP sends: from the buffer itself
+        const int d = f->get_tx_desc(ep);
+        if (d < 0) return UCS_ERR_NO_RESOURCE;
+        s = put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, d, iov[0].length, true, iov[0].buffer);
+    } else {
+        int d;
+        const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt, f->eager_max);
+        if (len < 0) return ucs_status_t(len);
+        s = eager_send(ep, tag, imm, d, size_t(len), true);
+    }
     return s == UCS_OK ? f->complete_on_arrival(ep, comp) : s;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <new>
@@ -83,13 +84,50 @@ bool Ring::try_push(uint32_t src_nid, uint32_t src_pid, const void *header, size
     char *p = reinterpret_cast<char *>(h + 1);
     std::memcpy(p, header, header_len);
     p += header_len;
+    if (payload_len >= kStreamFrom) {
+        stream(h, pos, p, payload, payload_count);
+        return true;
+    }
     for (int i = 0; i < payload_count; ++i) {
         if (payload[i].iov_len == 0) continue;  // its base may be null
         std::memcpy(p, payload[i].iov_base, payload[i].iov_len);
         p += payload[i].iov_len;
     }
+    h->arrived.store(uint32_t(payload_len), std::memory_order_relaxed);
     publish(h, pos);
     return true;
+}
+
+void Ring::stream(CellHead *h, uint64_t pos, char *to, const struct iovec *payload, int payload_count) {
+    // The head is read before the last part goes in: once all of it is, the consumer may free
+    // the run and another producer write there.
+    const size_t total = h->payload_len;
+    size_t written = 0;
+    bool published = false;
+    for (int i = 0; i < payload_count && written < total; ++i) {
+        const char *from = static_cast<const char *>(payload[i].iov_base);
+        size_t left = std::min(payload[i].iov_len, total - written);
+        while (left) {
+            // Parts end at multiples of kStreamPart of the payload, whatever the pieces.
+            const size_t n = std::min(left, kStreamPart - written % kStreamPart);
+            std::memcpy(to + written, from, n);
+            written += n;
+            from += n;
+            left -= n;
+            if (written % kStreamPart != 0 && written != total) continue;
+            if (!published) {
+                h->arrived.store(uint32_t(written), std::memory_order_relaxed);
+                publish(h, pos);
+                published = true;
+            } else {
+                h->arrived.store(uint32_t(written), std::memory_order_release);
+            }
+        }
+    }
+    if (written == total) return;
+    // Pieces short of what the caller counted: the run is complete as it is.
+    h->arrived.store(uint32_t(total), std::memory_order_release);
+    if (!published) publish(h, pos);
 }
 
 void Ring::ring_doorbell() {

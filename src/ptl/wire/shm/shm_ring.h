@@ -7,6 +7,12 @@
 // lines and nothing else: a sequence array beside the cells (Vyukov's queue) cost a producer a
 // read miss and a write miss on a line the consumer wrote, per message (perf: a sixth of an
 // am_bw sender's time). Cache-line aligned; a futex doorbell wakes a sleeping consumer.
+//
+// A large message is streamed: published once its first part is copied in, the rest
+// following in parts whose arrival the run's head counts (CellHead::arrived). The consumer
+// copies each part out as it lands, so the two copies overlap instead of following each other
+// (as UCX's sm overlaps them by sending 8 KiB fragments); it frees the run only once all of it
+// arrived.
 #pragma once
 
 #include <sys/uio.h>
@@ -23,7 +29,7 @@ namespace ptl::shm {
 
 constexpr uint64_t kMagic = 0x3450544c52494e47ull;  // "4PTLRING"
 constexpr uint32_t kVersion =
-    5;  // 4: the export table header's `counted` on its own line; 5: kSleepsOnSocket
+    6;  // 4: the export table header's `counted` on its own line; 5: kSleepsOnSocket; 6: streaming
 constexpr size_t kCacheLine = 64;
 
 // RingControl::sleeping: how a producer wakes the consumer.
@@ -55,7 +61,8 @@ struct CellHead {
     uint32_t payload_len;
     uint32_t src_nid;
     uint32_t src_pid;
-    uint32_t reserved;
+    // Payload bytes written so far (streaming, above): payload_len once the run is complete.
+    std::atomic<uint32_t> arrived;
     // Position + 1 once the run starting at this cell's position is written. Every cell's
     // is zeroed when its run is freed (a cell inside a run holds message bytes here), so a
     // cell the consumer reaches before its run is written reads 0.
@@ -66,6 +73,12 @@ static_assert(offsetof(CellHead, seq) == 24);
 
 constexpr uint16_t kMessage = 1;
 constexpr uint16_t kPadding = 2;
+
+// Payloads from this size on are streamed, in parts of kStreamPart bytes (measured, issue 58:
+// 16-64 KiB one-way latency through the ring; smaller parts cost a cache line transfer each
+// for the count, larger ones let the consumer start later).
+constexpr size_t kStreamFrom = 16384;
+constexpr size_t kStreamPart = 8192;
 
 class Ring {
 public:
@@ -95,7 +108,13 @@ public:
         if (!h) return false;
         char *p = reinterpret_cast<char *>(h + 1);
         fill(static_cast<void *>(p));
+        if (payload_len >= kStreamFrom) [[unlikely]] {
+            const struct iovec piece{const_cast<void *>(payload), payload_len};
+            stream(h, pos, p + header_len, &piece, 1);
+            return true;
+        }
         copy_small(p + header_len, payload, payload_len);
+        h->arrived.store(uint32_t(payload_len), std::memory_order_relaxed);
         publish(h, pos);
         return true;
     }
@@ -115,6 +134,8 @@ public:
         return peek_past_padding();
     }
     void release(const CellHead *h) { free_run(h->ncells); }
+    // How much of a peeked message's payload is in (acquire: those bytes may be read).
+    static uint32_t arrived(const CellHead *h) { return h->arrived.load(std::memory_order_acquire); }
     // Runs skipped as malformed since the last call.
     uint64_t take_malformed() { return std::exchange(malformed_, 0); }
 
@@ -195,6 +216,8 @@ private:
         ring_doorbell_if_sleeping();
     }
     void ring_doorbell();
+    // Copies `payload` into the run at `to` in parts, publishing it after the first.
+    void stream(CellHead *h, uint64_t pos, char *to, const struct iovec *payload, int payload_count);
     void publish_padding(uint64_t pos, uint64_t cells);
     // peek's rare case: padding or a malformed run first.
     const CellHead *peek_past_padding();

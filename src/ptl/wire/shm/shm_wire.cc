@@ -192,6 +192,14 @@ char *ShmWire::map_peer_pages(PeerId id, int fd, uint64_t ino, uint64_t len) {
     return p && !p->dead ? p->pages.map(p->os_pid, fd, ino, len) : nullptr;
 }
 
+bool ShmWire::stalled_run_done() {
+    const CellHead *h = stalled_;
+    if (Ring::arrived(h) < h->payload_len && !sender_gone({h->src_nid, h->src_pid})) return false;
+    stalled_ = nullptr;
+    rx_.release(h);
+    return true;
+}
+
 bool ShmWire::peer_dead(PeerId id) {
     auto it = peers_.find(id);
     if (it == peers_.end()) return false;

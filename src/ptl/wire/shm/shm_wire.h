@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../arriving.h"
 #include "../wire.h"
 #include "shared_pages.h"
 #include "shm_ring.h"
@@ -68,6 +69,8 @@ public:
     template <class Handler>
     int progress_with(Handler &&handler) {
         int work = 0;
+        if (stalled_ && !stalled_run_done()) [[unlikely]]
+            return has_backlog() ? flush_backlogs() : 0;
         // Bounded batch, so API callers waiting for the engine lock are not starved.
         for (int i = 0; i < 64; ++i) {
             const CellHead *h = rx_.peek();
@@ -79,9 +82,18 @@ public:
             m.payload = reinterpret_cast<const char *>(h + 1) + h->header_len;
             m.payload_len = h->payload_len;
             m.via = this;
+            if (Ring::arrived(h) < h->payload_len) [[unlikely]]
+                m.arriving = &h->arrived;
             handler(m);
-            rx_.release(h);
             ++work;
+            // The run is the sender's to write until all of it is in, however little the
+            // handler read; one whose sender died is ours. One whose sender stopped writing
+            // holds the ring (every later run waits behind it) until it ends either way.
+            if (m.arriving && !payload_arrived(m, m.payload_len)) [[unlikely]] {
+                stalled_ = h;
+                break;
+            }
+            rx_.release(h);
         }
         if (has_backlog()) work += flush_backlogs();
         return work;
@@ -97,6 +109,7 @@ public:
     bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                     const uint64_t *keys) override;
     bool peer_dead(PeerId) override;
+    bool sender_gone(PeerId from) override { return !peer(from) || peer_dead(from); }
 
     // Sleeps until a message arrives, wake() is called, our own messages wait in a backlog, or
     // `timeout_us` passes (with a backlog it only yields the CPU). `arm_others` runs once the
@@ -186,6 +199,8 @@ public:
 
 private:
     ShmWire() = default;
+    // Whether the stalled run (progress_with) was completed or its sender died: then freed.
+    bool stalled_run_done();
     Peer *find_peer(PeerId id);
     bool flush_backlog(Peer &p);
     int flush_backlogs();  // the peers whose backlog moved on
@@ -201,6 +216,7 @@ private:
     void *base_ = nullptr;
     size_t len_ = 0;
     Ring rx_;
+    const CellHead *stalled_ = nullptr;  // a streamed run handled while its sender stopped writing
     std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     std::atomic<int> backlog_peers_{0};
