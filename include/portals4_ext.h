@@ -19,8 +19,10 @@ int PtlXProgress(void);
 /* PtlPut, and then the MD's [local_offset, local_offset + length) copied to `copy_to`
  * (length bytes of the caller's memory, outside the MD) before the engine handles any message
  * that arrives after the put: a copy the target may fetch later (a message it truncated),
- * made while the message travels instead of before it leaves. Nothing is copied when the put
- * fails. Returns what PtlPut would. */
+ * made while the message travels instead of before it leaves. A put that cannot travel inline
+ * at once (its target may read the data later) is copied first and sent from the copy where the
+ * MD covers `copy_to`. Returns what PtlPut would; after an error the bytes at `copy_to` are
+ * unspecified. */
 int PtlXPutAndCopy(ptl_handle_md_t md_handle, ptl_size_t local_offset, ptl_size_t length,
                    ptl_ack_req_t ack_req, ptl_process_t target_id, ptl_pt_index_t pt_index,
                    ptl_match_bits_t match_bits, ptl_size_t remote_offset, void *user_ptr,

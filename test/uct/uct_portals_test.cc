@@ -933,6 +933,68 @@ TEST(UctPortals, UnexpectedEagerTaggedMessagesUpToEagerMaxArriveWholeAndInOrder)
         });
 }
 
+// A short send is sent from the caller's memory, which is free again when the call returns.
+// To a receiver whose ring is too small for it (PTL_SHM_CELLS=64: 4 KiB messages) it cannot go
+// inline, and a posted receive it matches reads it later: from the send buffer, filled before
+// the send (PtlXPutAndCopy), not from the source, scribbled on here as soon as the call
+// returned and before the receiver looks.
+TEST(UctPortals, AShortSendTooBigForTheReceiversRingIsReadFromItsCopy) {
+    constexpr int kCount = 20;
+    constexpr size_t kLen = 12000;
+    run_pair(
+        [&](Channel &c) {  // sender
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            uct_ep_h ep = s.connect(c.recv());
+            c.expect("posted");
+            std::vector<char> buf(kLen);
+            for (int i = 0; i < kCount; ++i) {
+                fill(buf.data(), kLen, unsigned(i));
+                ucs_status_t st;
+                while ((st = uct_ep_tag_eager_short(ep, uct_tag_t(i), buf.data(), kLen)) ==
+                       UCS_ERR_NO_RESOURCE)
+                    s.progress();
+                ASSERT_EQ(st, UCS_OK) << i;
+                std::fill(buf.begin(), buf.end(), char(0x5a));
+            }
+            c.signal("sent");
+            c.expect("done");
+            s.flush(ep);
+            uct_ep_destroy(ep);
+            s.close();
+        },
+        [&](Channel &c) {  // receiver: a ring of 64 cells, no progress until all were sent
+            setenv("PTL_SHM_CELLS", "64", 1);
+            setenv("PTL_PROGRESS", "manual", 1);
+            Side s;
+            TagRx rx;
+            open_tag_side(s, rx);
+            c.send(s.address().data(), s.address().size());
+            std::deque<Posted> posted(kCount);
+            std::vector<std::vector<char>> bufs(kCount, std::vector<char>(kLen));
+            for (int i = 0; i < kCount; ++i) {
+                uct_iov_t iov{bufs[size_t(i)].data(), kLen, nullptr, kLen, 1};
+                ASSERT_EQ(
+                    uct_iface_tag_recv_zcopy(s.iface, uct_tag_t(i), ~0ull, &iov, 1, &posted[size_t(i)].ctx),
+                    UCS_OK);
+            }
+            c.signal("posted");
+            c.expect("sent");
+            ASSERT_TRUE(s.wait([&] {
+                for (const Posted &p : posted)
+                    if (!p.completed) return false;
+                return true;
+            }));
+            for (int i = 0; i < kCount; ++i) {
+                EXPECT_EQ(posted[size_t(i)].length, kLen) << i;
+                EXPECT_EQ(first_mismatch(bufs[size_t(i)].data(), kLen, unsigned(i)), kLen) << "message " << i;
+            }
+            c.signal("done");
+            s.close();
+        });
+}
+
 // Receives posted into one shared buffer (as bandwidth benchmarks post them) each report
 // their own software rendezvous request: UCP reads the request when the receive is reported,
 // and by then later requests have overwritten the buffer, so it must not come from there.

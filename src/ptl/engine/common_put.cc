@@ -18,16 +18,33 @@ namespace ptl {
 int Engine::put(const DataOpArgs &a, void *copy_to) {
     Lock lk(mu_);
     int rc = common_put(a);
-    if (rc == kNotCommon) [[unlikely]]
-        rc = data_op_locked<TrigKind::Put>(a);
-    // Under the lock that message handling takes: no request that came after the put (a
-    // target's fetch of what it truncated) is served before the copy is there.
-    if (copy_to && rc == PTL_OK) {
-        const Md *md = md_of(a.md);
-        if (!md || !md->region.read(a.local_offset, copy_to, a.length, false)) rc = PTL_ARG_INVALID;
+    if (rc == kNotCommon) [[unlikely]] {
+        rc = copy_to ? put_from_copy(a, copy_to) : data_op_locked<TrigKind::Put>(a);
+    } else if (copy_to && rc == PTL_OK) {
+        // Under the lock that message handling takes: no request that came after the put (a
+        // target's fetch of what it truncated) is served before the copy is there.
+        if (!md_of(a.md)->region.read(a.local_offset, copy_to, a.length, false)) rc = PTL_ARG_INVALID;
     }
     finish_call();
     return rc;
+}
+
+// PtlXPutAndCopy's put that does not travel inline at once: it may go by rendezvous, the
+// target reading our memory later, when the caller's (a volatile MD's, a short send's) may
+// have changed. So the copy is made first, and sent from where the MD covers it (the UCT
+// face's MDs cover all memory).
+int Engine::put_from_copy(const DataOpArgs &a, void *copy_to) {
+    const Md *md = md_of(a.md);
+    if (!md || a.local_offset > md->region.length || a.length > md->region.length - a.local_offset)
+        return data_op_locked<TrigKind::Put>(a);  // reports the error
+    if (!md->region.read(a.local_offset, copy_to, a.length, false)) return PTL_ARG_INVALID;
+    const uintptr_t base = reinterpret_cast<uintptr_t>(md->region.start);
+    const uintptr_t to = reinterpret_cast<uintptr_t>(copy_to);
+    if (md->region.iov || to < base || to - base > md->region.length - a.length)
+        return data_op_locked<TrigKind::Put>(a);
+    DataOpArgs from_copy = a;
+    from_copy.local_offset = to - base;
+    return data_op_locked<TrigKind::Put>(from_copy);
 }
 
 static_assert(sizeof(ptl_process_t) == sizeof(uint64_t));

@@ -119,6 +119,7 @@ public:
     // data_op(Put, a), its common case first (common_put.cc); with `copy_to`, the data is
     // also copied there once sent, before any later message is handled (PtlXPutAndCopy).
     int put(const DataOpArgs &a, void *copy_to = nullptr);
+    int put_from_copy(const DataOpArgs &a, void *copy_to);
     int atomic_sync();
     // §3.16 triggered operations
     int triggered(const TrigOp &op, ptl_handle_ct_t trig_ct, ptl_size_t threshold);
