@@ -1019,6 +1019,49 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
 // runs this with one rank's ring at 64 cells (messages of 4 KiB at most), where puts sized for
 // the other's 2 MiB ring were refused as undeliverable. Heap buffers: nothing for the peer to
 // map, so inline wherever the ring takes it.
+// PTL_MD_VOLATILE: the caller may change its buffer as soon as the put returns, up to
+// max_volatile_size. A put to a peer whose ring it does not fit goes by rendezvous (the target
+// reads the data later): from a copy, not from the buffer, scribbled on here at once.
+TEST_F(Job, VolatilePutsTooBigForThePeersRingCarryTheBytesOfTheCall) {
+    const int n = nranks(), next = (rank() + 1) % n, prev = (rank() + n - 1) % n;
+    constexpr size_t kLen = 12000, kPuts = 8;
+    constexpr ptl_match_bits_t kBits = 90;
+    std::vector<unsigned char> dst(kLen * kPuts, 0), src(kLen);
+    const auto byte = [](size_t put, size_t i, int r) {
+        return static_cast<unsigned char>(put * 31 + i * 7 + size_t(r));
+    };
+    ptl_me_t me = me_from(prev, dst.data(), dst.size(), PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, kBits, 0);
+    ptl_handle_me_t mh;
+    ASSERT_EQ(PtlMEAppend(ni_, pt_, &me, PTL_PRIORITY_LIST, nullptr, &mh), PTL_OK);
+    const ptl_handle_md_t md = bind(src.data(), kLen, PTL_MD_VOLATILE);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    for (size_t k = 0; k < kPuts; ++k) {
+        for (size_t i = 0; i < kLen; ++i) src[i] = byte(k, i, rank());
+        ASSERT_EQ(PtlPut(md, 0, kLen, PTL_ACK_REQ, to(next), pt_, kBits, k * kLen, nullptr, 0), PTL_OK);
+        std::fill(src.begin(), src.end(), 0x5a);  // free at once
+    }
+    for (size_t k = 0; k < 2 * kPuts; ++k) {  // SEND and ACK of each
+        const ptl_event_t ev = next_event(md_eq_, 20000);
+        ASSERT_NE(ev.type, 0xff) << "initiator event " << k;
+        EXPECT_EQ(ev.ni_fail_type, PTL_NI_OK);
+    }
+    for (size_t k = 0; k < kPuts; ++k) {
+        const ptl_event_t ev = next_event(eq_, 20000);
+        ASSERT_EQ(ev.type, PTL_EVENT_PUT) << k;
+        EXPECT_EQ(ev.mlength, kLen);
+    }
+    for (size_t k = 0; k < kPuts; ++k)
+        for (size_t i = 0; i < kLen; ++i)
+            if (dst[k * kLen + i] != byte(k, i, prev)) {
+                ADD_FAILURE() << "put " << k << " byte " << i << ": " << int(dst[k * kLen + i]) << ", want "
+                              << int(byte(k, i, prev));
+                break;
+            }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMEUnlink(mh), PTL_OK);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
 TEST_F(Job, PutsAndGetsOfEverySizeReachAPeerWhoseRingIsSmaller) {
     ptl_match_bits_t bits = 60;
     for (const size_t len :

@@ -16,10 +16,10 @@ for wire in shm tcp; do
   done
 done
 # Rings of different sizes: rank 1's holds messages of 4 KiB at most (64 cells), the others'
-# 512 KiB; every put and get still arrives.
+# 512 KiB; every put and get still arrives, a volatile one with the bytes of its call.
 echo "== ptlrun -n 2 mp_tests, rank 1 with PTL_SHM_CELLS=64"
 "$ptlrun" -n 2 --timeout 120 sh -c '[ "$PTLRT_RANK" != 1 ] || export PTL_SHM_CELLS=64; exec "$0" "$@"' "$mp" \
-  --gtest_filter='Job.PutsAndGetsOfEverySize*:Job.MatchedSends*:Job.NoAckPuts*' --gtest_brief=1
+  --gtest_filter='Job.PutsAndGetsOfEverySize*:Job.VolatilePuts*:Job.MatchedSends*:Job.NoAckPuts*' --gtest_brief=1
 # Waits that sleep at once (no spin), woken through the wake socket (PTL_WAKE=socket, the
 # verbs wire's default) instead of the futex. (PTL_PROGRESS=manual: run_direct.sh.)
 echo "== PTL_WAKE=socket PTL_WAIT_SPIN_US=0 PTL_WIRE=tcp ptlrun -n 4 mp_tests"

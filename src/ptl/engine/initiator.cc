@@ -3,6 +3,7 @@
 // SEND event, and turning ACK / REPLY responses into events (digest §7.2, §9).
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -183,6 +184,7 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
     if (operand_len) iov.push_back({const_cast<unsigned char *>(a.operand), operand_len});
     bool rndv = false;
     uint64_t export_id = 0;
+    char *bounce = nullptr;  // a volatile put's copy (PendingOp::bounce)
     // Through shared memory, data the peer cannot map (the brk heap, pages shared with other
     // objects) moves through the ring up to shm_copy_max: two memcpys beat one cross-memory
     // attach, which pins every page it touches (docs/adoption.md).
@@ -215,6 +217,19 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
             drop_segments(*w, segs, &export_id);
             rndv = false;
         }
+        // The target reads a rendezvous' data later, when the caller of a volatile put may have
+        // changed it (the spec lets it up to max_volatile_size): the data it reads is a copy.
+        if (rndv && (put_md->desc.options & PTL_MD_VOLATILE) && a.length <= n->limits.max_volatile_size) {
+            drop_segments(*w, segs, &export_id);
+            bounce = new (std::nothrow) char[a.length ? a.length : 1];
+            rndv = bounce && put_md->region.read(put_off, bounce, a.length, false) &&
+                   add_segments(*w, peer, Region::contiguous(bounce, a.length), 0, a.length, false, segs,
+                                &export_id);
+            if (!rndv) {
+                delete[] std::exchange(bounce, nullptr);
+                drop_segments(*w, segs, &export_id);
+            }
+        }
         if (rndv) {
             h.flags |= proto::kRendezvous;
         } else {
@@ -241,6 +256,7 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
         p.send_due = rndv;
         p.reply_due = reply_due;
         p.export_id = export_id;
+        p.bounce = bounce;
         h.op_id = n->pending.add(p);
     }
     const bool sent = w && bytes <= payload_room && w->send(peer, &h, sizeof h, iov.data(), int(iov.size()));
@@ -250,6 +266,7 @@ int Engine::send_op(TrigKind kind, const DataOpArgs &a, const CheckedOp &c) {
         PendingOp unused;
         if (response_due) n->pending.take(h.op_id, &unused);
         if (export_id) w->release_export(export_id);
+        delete[] bounce;
         // Undeliverable right away: complete locally with the failure (F1).
         if (put_md) initiator_event(put_md, PTL_EVENT_SEND, PTL_NI_UNDELIVERABLE, 0, 0, 0, a.user_ptr, true);
         if (get_md)
@@ -339,6 +356,7 @@ void Engine::on_reply(Ni *n, PeerId from, const proto::Header &h, const void *pa
 // The target is done with our memory: its bulk transfer finished before its response left,
 // or it is gone.
 void Engine::release_export(const PendingOp &p) {
+    delete[] p.bounce;
     if (!p.export_id) return;
     if (Wire *w = wire_for(p.peer)) w->release_export(p.export_id);
 }

@@ -27,6 +27,8 @@ struct PendingOp {
     bool send_due;       // rendezvous put: SEND waits until the target pulled the data
     bool reply_due;      // get/fetch/swap
     uint64_t export_id;  // the wire's hold on our memory for the target's bulk transfer
+    // A volatile put's copy that the target's bulk transfer reads (new[]; freed with export_id).
+    char *bounce;
 };
 
 class PendingTable {
