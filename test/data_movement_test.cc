@@ -530,7 +530,7 @@ TEST_F(Data, TR9_TriggeredCallsRefuseAtPostTimeWhatCouldNeverFire) {
 
 // PtlXPutAndCopy (portals4_ext.h): the put as PtlPut makes it, and the MD's bytes at the copy
 // address once it returns; bad arguments and no copy address are refused.
-TEST_F(Data, PutAndCopyLeavesACopyOfWhatItSentAndNothingWhenItFails) {
+TEST_F(Data, PutAndCopyLeavesACopyOfWhatItSentAndRefusesBadArguments) {
     for (size_t len : {size_t(1), size_t(4096), size_t(70000)}) {
         std::vector<char> src(len + 16), dst(len, 0), copy(len, 0);
         for (size_t i = 0; i < src.size(); ++i) src[i] = char(i * 13 + len);
