@@ -23,7 +23,8 @@ int Engine::put(const DataOpArgs &a, void *copy_to) {
     } else if (copy_to && rc == PTL_OK) {
         // Under the lock that message handling takes: no request that came after the put (a
         // target's fetch of what it truncated) is served before the copy is there.
-        if (!md_of(a.md)->region.read(a.local_offset, copy_to, a.length, false)) rc = PTL_ARG_INVALID;
+        const Md *md = md_of(a.md);
+        if (!md || !md->region.read(a.local_offset, copy_to, a.length, false)) rc = PTL_ARG_INVALID;
     }
     finish_call();
     return rc;
