@@ -69,8 +69,8 @@ PTL_API int PtlXPutAndCopy(ptl_handle_md_t md, ptl_size_t off, ptl_size_t len, p
                            ptl_process_t target, ptl_pt_index_t pt, ptl_match_bits_t bits,
                            ptl_size_t roff, void *user_ptr, ptl_hdr_data_t hdr, void *copy_to) {
     REQUIRE_INIT();
-    if (!copy_to && len) return PTL_ARG_INVALID;
-    return engine().put(put_args(md, off, len, ack, target, pt, bits, roff, user_ptr, hdr), copy_to);
+    if (!copy_to) return len ? PTL_ARG_INVALID : PtlPut(md, off, len, ack, target, pt, bits, roff, user_ptr, hdr);
+    return engine().put_and_copy(put_args(md, off, len, ack, target, pt, bits, roff, user_ptr, hdr), copy_to);
 }
 
 PTL_API int PtlGet(ptl_handle_md_t md, ptl_size_t off, ptl_size_t len, ptl_process_t target,

@@ -15,12 +15,21 @@
 
 namespace ptl {
 
-int Engine::put(const DataOpArgs &a, void *copy_to) {
+int Engine::put(const DataOpArgs &a) {
+    Lock lk(mu_);
+    int rc = common_put(a);
+    if (rc == kNotCommon) [[unlikely]]
+        rc = data_op_locked<TrigKind::Put>(a);
+    finish_call();
+    return rc;
+}
+
+int Engine::put_and_copy(const DataOpArgs &a, void *copy_to) {
     Lock lk(mu_);
     int rc = common_put(a);
     if (rc == kNotCommon) [[unlikely]] {
-        rc = copy_to ? put_from_copy(a, copy_to) : data_op_locked<TrigKind::Put>(a);
-    } else if (copy_to && rc == PTL_OK) {
+        rc = put_from_copy(a, copy_to);
+    } else if (rc == PTL_OK) {
         // Under the lock that message handling takes: no request that came after the put (a
         // target's fetch of what it truncated) is served before the copy is there.
         const Md *md = md_of(a.md);

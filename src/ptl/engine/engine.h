@@ -116,9 +116,10 @@ public:
     int ct_inc(ptl_handle_ct_t, ptl_ct_event_t);
     // §3.15 data movement
     int data_op(TrigKind kind, const DataOpArgs &a);
-    // data_op(Put, a), its common case first (common_put.cc); with `copy_to`, the data is
-    // also copied there once sent, before any later message is handled (PtlXPutAndCopy).
-    int put(const DataOpArgs &a, void *copy_to = nullptr);
+    int put(const DataOpArgs &a);  // data_op(Put, a), its common case first (common_put.cc)
+    // put(), the data also copied to `copy_to` once sent, before any later message is handled
+    // (PtlXPutAndCopy).
+    int put_and_copy(const DataOpArgs &a, void *copy_to);
     int put_from_copy(const DataOpArgs &a, void *copy_to);
     int atomic_sync();
     // §3.16 triggered operations

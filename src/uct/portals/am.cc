@@ -11,9 +11,13 @@ extern "C" {
 
 using namespace uct_portals;
 
-ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
-                                      uint64_t hdr_data, int tx_desc, size_t length, bool awaits_report,
-                                      const void *data, bool data_volatile) {
+namespace {
+
+// The message around a send buffer: what the receiver needs to fetch it, the grant or ask it
+// carries, the buffer held until the receiver reports it processed. `send(remote_offset)` puts it.
+template <class Send>
+[[gnu::always_inline]] inline ucs_status_t send_message(Ep *ep, MsgKind kind, int tx_desc, bool awaits_report,
+                                                        Send &&send) {
     Iface *f = ep->iface;
     Peer &p = *ep->window;
     MsgInfo m{kind, uint8_t(f->ctl_pt), uint64_t(tx_desc) * f->tx_stride};
@@ -22,13 +26,7 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
         m.grant = true;
         m.fetch_length = g;
     }
-    // No event: the MD reports no SEND, and a failed peer is found by check_peers.
-    char *const desc = f->tx_desc_addr(tx_desc);
-    const int rc = data ? PtlXPutAndCopy(data_volatile ? f->md_volatile : f->md,
-                                         reinterpret_cast<uintptr_t>(data), length, PTL_NO_ACK_REQ, ep->peer,
-                                         pt, bits, encode_msg(m), nullptr, hdr_data, desc)
-                        : PtlPut(f->md, reinterpret_cast<uintptr_t>(desc), length, PTL_NO_ACK_REQ, ep->peer,
-                                 pt, bits, encode_msg(m), nullptr, hdr_data);
+    const int rc = send(encode_msg(m));
     if (rc != PTL_OK) {
         if (m.grant) f->windows.owe_again(p, m.fetch_length);
         if (m.ask) f->windows.ask_again(p);
@@ -38,6 +36,29 @@ ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, p
     f->windows.hold(p, tx_desc);
     ep->sent_mark = p.sent;
     return UCS_OK;
+}
+
+}  // namespace
+
+// No events: the MD reports no SEND, and a failed peer is found by check_peers.
+ucs_status_t uct_portals::put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
+                                      uint64_t hdr_data, int tx_desc, size_t length, bool awaits_report) {
+    Iface *f = ep->iface;
+    return send_message(ep, kind, tx_desc, awaits_report, [&](uint64_t remote_offset) {
+        return PtlPut(f->md, reinterpret_cast<uintptr_t>(f->tx_desc_addr(tx_desc)), length, PTL_NO_ACK_REQ,
+                      ep->peer, pt, bits, remote_offset, nullptr, hdr_data);
+    });
+}
+
+ucs_status_t uct_portals::put_message_from(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
+                                           uint64_t hdr_data, int tx_desc, const void *data, size_t length,
+                                           bool data_volatile, bool awaits_report) {
+    Iface *f = ep->iface;
+    return send_message(ep, kind, tx_desc, awaits_report, [&](uint64_t remote_offset) {
+        return PtlXPutAndCopy(data_volatile ? f->md_volatile : f->md, reinterpret_cast<uintptr_t>(data),
+                              length, PTL_NO_ACK_REQ, ep->peer, pt, bits, remote_offset, nullptr, hdr_data,
+                              f->tx_desc_addr(tx_desc));
+    });
 }
 
 // Copies header + iov into a send buffer; returns the length, or < 0 for no buffer.

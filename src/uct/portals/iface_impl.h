@@ -368,12 +368,14 @@ inline Ep *ep_of(uct_ep_h ep) {
 // Issue an operation on an ep, returning UCS_ERR_NO_RESOURCE when the iface is out of ops.
 // Sends a message from a send buffer (held until the receiver reports it processed).
 // `awaits_report`: the send completes when the receiver reports it processed (zcopy).
-// `data`: the message is sent from there (a zcopy's one piece, a short send's data) and
+ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits, uint64_t hdr_data,
+                         int tx_desc, size_t length, bool awaits_report = false);
+// The same for a message sent from `data` (a zcopy's one piece, a short send's data) and
 // copied into the send buffer only once it left (PtlXPutAndCopy), for a receiver that
 // truncated it to fetch: one copy fewer before the message is on its way. `data_volatile`:
 // the data may change once the call returns (a short send: at most max_volatile bytes).
-ucs_status_t put_message(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits, uint64_t hdr_data,
-                         int tx_desc, size_t length, bool awaits_report = false, const void *data = nullptr,
-                         bool data_volatile = false);
+ucs_status_t put_message_from(Ep *ep, MsgKind kind, ptl_pt_index_t pt, ptl_match_bits_t bits,
+                              uint64_t hdr_data, int tx_desc, const void *data, size_t length,
+                              bool data_volatile, bool awaits_report);
 
 }  // namespace uct_portals

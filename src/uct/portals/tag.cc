@@ -50,7 +50,7 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_short(uct_ep_h tl_ep, uct_tag_t
         if (length) std::memcpy(f->tx_desc_addr(d), data, length);
         return eager_send(ep, tag, 0, d, length);
     }
-    return put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, 0, d, length, false, data, true);
+    return put_message_from(ep, MsgKind::TagEager, ep->tag_pt, tag, 0, d, data, length, true, false);
 }
 
 extern "C" ssize_t uct_portals_ep_tag_eager_bcopy(uct_ep_h tl_ep, uct_tag_t tag, uint64_t imm,
@@ -77,7 +77,8 @@ extern "C" ucs_status_t uct_portals_ep_tag_eager_zcopy(uct_ep_h tl_ep, uct_tag_t
     if (iovcnt == 1 && iov[0].count == 1) {  // what UCP sends: from the buffer itself
         const int d = f->get_tx_desc(ep);
         if (d < 0) return UCS_ERR_NO_RESOURCE;
-        s = put_message(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, d, iov[0].length, true, iov[0].buffer);
+        s = put_message_from(ep, MsgKind::TagEager, ep->tag_pt, tag, imm, d, iov[0].buffer, iov[0].length,
+                             false, true);
     } else {
         int d;
         const ssize_t len = gather(ep, &d, nullptr, 0, iov, iovcnt, f->eager_max);

@@ -54,7 +54,8 @@ public:
     // engine's common small put, common_put.cc): false also when it would have to wait in the
     // backlog, which the caller's general send then joins in order.
     template <class Fill>
-    bool send_now(Peer *p, size_t header_len, const void *payload, size_t payload_len, Fill &&fill) {
+    [[gnu::always_inline]] bool send_now(Peer *p, size_t header_len, const void *payload, size_t payload_len,
+                                         Fill &&fill) {
         return !p->dead && p->backlog.empty() &&
                p->ring.try_push_filled(self_.nid, self_.pid, header_len, payload, payload_len, fill);
     }
