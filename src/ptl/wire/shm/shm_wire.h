@@ -70,12 +70,14 @@ public:
     template <class Handler>
     int progress_with(Handler &&handler) {
         int work = 0;
-        if (stalled_ && !stalled_run_done()) [[unlikely]]
-            return has_backlog() ? flush_backlogs() : 0;
         // Bounded batch, so API callers waiting for the engine lock are not starved.
         for (int i = 0; i < 64; ++i) {
             const CellHead *h = rx_.peek();
             if (!h) break;
+            if (h == stalled_) [[unlikely]] {  // handled already; freed once it is complete
+                if (!stalled_run_done()) break;
+                continue;
+            }
             InMessage m;
             m.from = {h->src_nid, h->src_pid};
             m.header = h + 1;
