@@ -73,6 +73,25 @@ int drain(Ring &r, int max) {
     return n;
 }
 
+// Producer threads, each attached on its own, pushing `per_producer` messages of
+// length_of(producer, seq) bytes of pattern(); any failure sets `failed` (and stops them).
+template <class LengthOf>
+std::vector<std::thread> start_producers(const Segment &seg, uint32_t producers, uint32_t per_producer,
+                                         LengthOf length_of, std::atomic<bool> &failed) {
+    std::vector<std::thread> threads;
+    for (uint32_t p = 0; p < producers; ++p)
+        threads.emplace_back([&seg, &failed, length_of, p, per_producer] {
+            Ring r;
+            seg.attach(r);
+            for (uint32_t s = 0; s < per_producer && !failed; ++s) {
+                std::vector<unsigned char> payload(length_of(p, s));
+                for (size_t i = 0; i < payload.size(); ++i) payload[i] = pattern(p, s, i);
+                if (!push_retrying(r, p, s, payload, failed)) failed = true;
+            }
+        });
+    return threads;
+}
+
 MsgHeader header_of(const CellHead *h) {
     MsgHeader m;
     std::memcpy(&m, h + 1, sizeof m);
@@ -91,17 +110,9 @@ TEST(ShmRing, MessagesOfManyProducersArriveWholeAndInOrderPerProducer) {
     seg.attach(consumer);
     const size_t max_payload = consumer.max_message_bytes() - sizeof(MsgHeader);
     std::atomic<bool> failed{false};
-    std::vector<std::thread> producers;
-    for (uint32_t p = 0; p < kProducers; ++p)
-        producers.emplace_back([&, p] {
-            Ring r;
-            seg.attach(r);
-            for (uint32_t s = 0; s < kPerProducer && !failed; ++s) {
-                std::vector<unsigned char> payload((s * 37 + p * 11) % (max_payload + 1));
-                for (size_t i = 0; i < payload.size(); ++i) payload[i] = pattern(p, s, i);
-                if (!push_retrying(r, p, s, payload, failed)) failed = true;
-            }
-        });
+    std::vector<std::thread> producers = start_producers(
+        seg, kProducers, kPerProducer,
+        [&](uint32_t p, uint32_t s) { return (s * 37 + p * 11) % (max_payload + 1); }, failed);
     // Checks one message; a failure stops everything (the producers too).
     std::vector<uint32_t> next(kProducers, 0);
     auto check = [&](const CellHead *h) {
@@ -163,17 +174,7 @@ TEST(ShmRing, StreamedMessagesCopiedOutAsTheyArriveArriveWhole) {
     ASSERT_GT(max_payload, 2 * ptl::shm::kStreamFrom);
     auto length_of = [&](uint32_t p, uint32_t s) { return (s * 7919 + p * 104729) % (max_payload + 1); };
     std::atomic<bool> failed{false};
-    std::vector<std::thread> producers;
-    for (uint32_t p = 0; p < kProducers; ++p)
-        producers.emplace_back([&, p] {
-            Ring r;
-            seg.attach(r);
-            for (uint32_t s = 0; s < kPerProducer && !failed; ++s) {
-                std::vector<unsigned char> payload(length_of(p, s));
-                for (size_t i = 0; i < payload.size(); ++i) payload[i] = pattern(p, s, i);
-                if (!push_retrying(r, p, s, payload, failed)) failed = true;
-            }
-        });
+    std::vector<std::thread> producers = start_producers(seg, kProducers, kPerProducer, length_of, failed);
     std::vector<uint32_t> next(kProducers, 0);
     std::vector<unsigned char> out(max_payload);
     uint64_t received = 0, streamed = 0;
