@@ -311,3 +311,37 @@ TEST(ShmRing, AProducerWakesAConsumerAsleepOnItsSocketBySendingItAByte) {
     EXPECT_FALSE(woken(0));
     EXPECT_EQ(c->sleeping.load(), ptl::shm::kAwake);
 }
+
+// The wake-up handshake sits at the reservation (version 7): a producer looks at the flag just
+// after its CAS, before writing, and no fence follows the payload. So a consumer that raises
+// the flag while a run is being written must see it reserved and stay awake (the producer saw
+// no flag and will ring no bell); with no run reserved it may sleep, and a producer reserving
+// after the flag went up rings the bell when it publishes.
+TEST(ShmRing, AConsumerArmingWhileARunIsWrittenSeesItReservedAndOneArmedBeforeIsWoken) {
+    Segment seg(64, 256);
+    Ring consumer, producer;
+    seg.attach(consumer);
+    seg.attach(producer);
+    ptl::shm::RingControl *c = consumer.control();
+    EXPECT_TRUE(consumer.nothing_reserved());
+    const uint32_t bell = c->doorbell.load();
+    const char payload[16] = "sixteen bytes..";
+    bool seen_reserved = false, seen_published = true;
+    ASSERT_TRUE(producer.try_push_filled(1, 1, sizeof(MsgHeader), payload, sizeof payload, [&](void *at) {
+        const MsgHeader h{1, 0};
+        std::memcpy(at, &h, sizeof h);
+        c->sleeping.store(ptl::shm::kSleepsOnFutex);  // the consumer arms mid-write
+        seen_reserved = !consumer.nothing_reserved();
+        seen_published = consumer.may_hold_message();
+    }));
+    EXPECT_TRUE(seen_reserved);
+    EXPECT_FALSE(seen_published);
+    EXPECT_EQ(c->doorbell.load(), bell);  // armed after the reservation: no bell, so no sleep
+    EXPECT_EQ(drain(consumer, 1), 1);
+    EXPECT_TRUE(consumer.nothing_reserved());  // now it may sleep, the flag still up
+    ASSERT_TRUE(push(producer, 1, 1, std::vector<unsigned char>(8, 'b')));
+    EXPECT_EQ(c->doorbell.load(), bell + 1);  // reserved while armed: woken on publish
+    EXPECT_EQ(c->sleeping.load(), ptl::shm::kAwake);
+    EXPECT_FALSE(consumer.nothing_reserved());
+    EXPECT_EQ(drain(consumer, 1), 1);
+}

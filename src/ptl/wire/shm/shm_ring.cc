@@ -159,8 +159,4 @@ const CellHead *Ring::peek_past_padding() {
     }
 }
 
-bool Ring::empty_for_consumer() {
-    return !may_hold_message();
-}
-
 }  // namespace ptl::shm
