@@ -149,14 +149,24 @@ TEST_F(Lists, Decision4_PostingOrderAcrossExactAndWildcardEntries) {
     EXPECT_EQ(order[2], (void *)3);
 }
 
-// Decision 4's per-match-bits buckets are recycled when they empty (pt.h's bucket_of): a
-// bucket taken over by other match bits matches only its new bits, keeps posting order, and
-// an unexpected header's bucket the same.
+// Decision 4's per-match-bits buckets stay when they empty and are dropped together, their
+// nodes recycled, once there are many (pt.h's drop_empty_buckets_if_many): an emptied bucket
+// matches nothing it no longer holds, a bucket taken over by other match bits matches only
+// its new bits and keeps posting order, and an unexpected header's bucket the same, before,
+// across and after the sweeps.
 TEST_F(Lists, M1_L6_BucketsOfEmptiedMatchBitsMatchOnlyTheirNewBits) {
     char ov[64] = {}, dst[4][8] = {};
     append(pt_, me_desc(ov, sizeof ov, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, 0, ~0ull),
            PTL_OVERFLOW_LIST, (void *)9);
-    for (uint64_t round = 0; round < 40; ++round) {  // past the spare nodes kept
+    char keep[8] = {};
+    constexpr ptl_match_bits_t kept_bits = 0x7777;  // a bucket that never empties, across sweeps
+    append(pt_, me_desc(keep, sizeof keep, PTL_ME_OP_PUT | PTL_ME_EVENT_LINK_DISABLE, kept_bits),
+           PTL_PRIORITY_LIST, (void *)7);
+    for (uint64_t round = 0; round < 300; ++round) {  // several sweeps of kKeptEmptyBuckets
+        ASSERT_EQ(put(4, kept_bits), PTL_OK);
+        ptl_event_t kept = next_event(eq_);
+        EXPECT_EQ(kept.ptl_list, PTL_PRIORITY_LIST) << "a live bucket was dropped, round " << round;
+        EXPECT_EQ(kept.user_ptr, (void *)7);
         const ptl_match_bits_t old_bits = 0x1000 + round, new_bits = 0x9000 + round;
         ptl_handle_me_t h = append(
             pt_, me_desc(dst[0], 8, PTL_ME_OP_PUT | PTL_ME_USE_ONCE | PTL_ME_EVENT_LINK_DISABLE, old_bits),

@@ -64,7 +64,7 @@ bool Engine::exportable(const Ni &n, const Pt &pt, const Entry &e) const {
         std::find(counter_owner_.begin(), counter_owner_.end(), nullptr) == counter_owner_.end())
         return false;
     const MatchList &prio = pt.lists[PTL_PRIORITY_LIST];
-    if (!n.matching()) return prio.exact.empty() && prio.wildcard.front() == &e;
+    if (!n.matching()) return prio.exact_size == 0 && prio.wildcard.front() == &e;
     if (!e.exact) return false;
     if (n.logical() ? e.desc.match_id.rank != PTL_RANK_ANY
                     : (e.desc.match_id.phys.nid != PTL_NID_ANY || e.desc.match_id.phys.pid != PTL_PID_ANY))

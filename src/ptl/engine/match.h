@@ -37,7 +37,7 @@ void for_each_matching_header(const Ni &n, Pt &pt, const Entry &e, F &&f) {
         UhBucket &b = it->second;
         for (UnexpectedHeader *u = b.front(); u;) {
             UnexpectedHeader *next = b.next(u);
-            // The bucket may vanish when its last header is claimed.
+            // The bucket may vanish once its last header is claimed (a sweep of empty ones).
             const bool last = next == nullptr;
             if (ok(u) && !f(u)) return;
             if (last) return;

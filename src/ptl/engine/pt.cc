@@ -6,16 +6,18 @@
 namespace ptl {
 
 void MatchList::add(Entry *e) {
-    if (e->exact)
+    if (e->exact) {
         bucket_of(exact, spare, e->desc.match_bits).push_back(e);
-    else
+        ++exact_size;
+    } else {
         wildcard.push_back(e);
+    }
     ++size;
 }
 
 void MatchList::remove(Entry *e) {
     EntryList::erase(e);
-    if (e->exact) drop_if_empty(exact, spare, e->desc.match_bits);
+    if (e->exact) drop_empty_buckets_if_many(exact, spare, --exact_size);
     --size;
 }
 
@@ -28,8 +30,7 @@ void UnexpectedList::add(UnexpectedHeader *u) {
 void UnexpectedList::remove(UnexpectedHeader *u) {
     UhList::erase(u);
     UhBucket::erase(u);
-    drop_if_empty(by_bits, spare, u->match_bits);
-    --size;
+    drop_empty_buckets_if_many(by_bits, spare, --size);
 }
 
 // ---------------------------------------------------------------------------------------

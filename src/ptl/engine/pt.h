@@ -23,11 +23,11 @@ using EntryList = IList<Entry, &Entry::hook>;
 using UhList = IList<UnexpectedHeader, &UnexpectedHeader::all_hook>;
 using UhBucket = IList<UnexpectedHeader, &UnexpectedHeader::bucket_hook>;
 
-// The bucket of `bits` in a map of lists by match bits, made if missing. The nodes of buckets
-// that emptied are kept for the next new key (a few): most exact entries have match bits of
-// their own (a rendezvous' key, a receive's tag) and live for one message: a map node
-// allocated and freed per message (append + unlink of such an entry: 1,150 instructions, 1,088
-// with the nodes kept).
+// The bucket of `bits` in a map of lists by match bits, made if missing, from a kept node
+// when there is one. A bucket that empties stays in the map (drop_empty_buckets): the next
+// entry with those bits (a ping-pong's next receive has its tag) finds it with one lookup,
+// and an unlink touches no map at all (append + unlink of such an entry: 1,150 instructions
+// with a map node made and freed per message, 1,088 with nodes kept, before buckets stayed).
 template <typename Map>
 typename Map::mapped_type &bucket_of(Map &map, std::vector<typename Map::node_type> &spare,
                                      ptl_match_bits_t bits) {
@@ -40,16 +40,24 @@ typename Map::mapped_type &bucket_of(Map &map, std::vector<typename Map::node_ty
     return map.insert(std::move(node)).position->second;
 }
 
-// Drops the bucket of `bits` if it is empty, keeping its node for bucket_of.
+// After an unlink: once the empty buckets outnumber the `live` ones' elements by
+// kKeptEmptyBuckets, drops them all, keeping their nodes for bucket_of. Most exact entries
+// have match bits of their own (a rendezvous' key) and live for one message: a sweep per
+// kKeptEmptyBuckets of them costs about what dropping each bucket at its unlink did, and
+// the map stays within 2 x live + kKeptEmptyBuckets buckets.
+constexpr size_t kKeptEmptyBuckets = 64;
 template <typename Map>
-void drop_if_empty(Map &map, std::vector<typename Map::node_type> &spare, ptl_match_bits_t bits) {
-    constexpr size_t kSpareNodes = 16;
-    auto it = map.find(bits);
-    if (it == map.end() || !it->second.empty()) return;
-    if (spare.size() < kSpareNodes)
-        spare.push_back(map.extract(it));
-    else
-        map.erase(it);
+void drop_empty_buckets_if_many(Map &map, std::vector<typename Map::node_type> &spare, size_t live) {
+    if (map.size() <= 2 * live + kKeptEmptyBuckets) [[likely]]
+        return;
+    for (auto it = map.begin(); it != map.end();) {
+        auto here = it++;
+        if (!here->second.empty()) continue;
+        if (spare.size() < kKeptEmptyBuckets)
+            spare.push_back(map.extract(here));
+        else
+            map.erase(here);
+    }
 }
 
 // One list (priority or overflow) of one PT.
@@ -59,6 +67,7 @@ struct MatchList {
     ExactMap exact;
     std::vector<ExactMap::node_type> spare;  // see bucket_of
     uint32_t size = 0;
+    uint32_t exact_size = 0;  // entries in `exact`, whose buckets may be empty
 
     void add(Entry *e);
     void remove(Entry *e);
@@ -68,7 +77,7 @@ struct MatchList {
     template <typename Accept>
     Entry *find(ptl_match_bits_t bits, Accept &&accept) {
         Entry *best = nullptr;
-        if (!exact.empty()) {
+        if (exact_size) {
             auto it = exact.find(bits);
             if (it != exact.end())
                 for (Entry *e = it->second.front(); e; e = it->second.next(e))
