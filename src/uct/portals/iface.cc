@@ -67,7 +67,7 @@ void print_tag_stats(const Iface &f) {
 void release_objects(Iface &f) {
     f.am_rx.cleanup();
     f.tag_rx.cleanup();
-    for (const auto &[ctx, tag] : f.posted) PtlMEUnlink(tag_recv(ctx)->me);
+    for (const Iface::PostedRecv &r : f.posted) PtlMEUnlink(tag_recv(r.ctx)->me);
     f.posted.clear();
     f.for_each_op([](Op &op) {
         for (ptl_handle_me_t h : {op.src_me, op.announce_me})

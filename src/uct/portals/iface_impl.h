@@ -65,6 +65,8 @@ struct TagRecv {
     size_t length;
     ptl_handle_me_t me;
     uint8_t state;  // TagState
+    uint32_t slot;  // its place in Iface::posted while posted (checked against it: priv is stale
+                    // in a context UCP reuses)
 };
 enum TagState : uint8_t { kTagPosted = 1, kTagMatched, kTagFetching, kTagCancelled };
 static_assert(sizeof(TagRecv) <= UCT_TAG_PRIV_LEN, "TagRecv must fit in uct_tag_context_t::priv");
@@ -139,32 +141,29 @@ struct Iface {
     unsigned eq_batch_pos = 0, eq_batch_len = 0;
     // completed_cb(UCS_ERR_CANCELED) to report, with the tag the receive was posted with
     std::deque<std::pair<uct_tag_context_t *, uct_tag_t>> cancelled;
-    using PostedMap = std::unordered_map<uct_tag_context_t *, uct_tag_t>;
-    PostedMap posted;  // receives whose ME is linked
-    // Map nodes of receives that left `posted`, for the next posts: not a malloc and a free
-    // per tagged receive on UCP's receive path.
-    std::vector<PostedMap::node_type> posted_spare;
+    // Receives whose ME is linked, each knowing its place (TagRecv::slot): posting and
+    // retiring one is a push and a swap with the last, no hash map on UCP's receive path.
+    struct PostedRecv {
+        uct_tag_context_t *ctx;
+        uct_tag_t tag;
+    };
+    std::vector<PostedRecv> posted;
+    bool is_posted(const uct_tag_context_t *ctx) const {
+        const uint32_t i = tag_recv(const_cast<uct_tag_context_t *>(ctx))->slot;
+        return i < posted.size() && posted[i].ctx == ctx;
+    }
     void track_posted(uct_tag_context_t *ctx, uct_tag_t tag) {
-        if (posted_spare.empty()) {
-            posted.emplace(ctx, tag);
-            return;
-        }
-        PostedMap::node_type node = std::move(posted_spare.back());
-        posted_spare.pop_back();
-        node.key() = ctx;
-        node.mapped() = tag;
-        posted.insert(std::move(node));
+        tag_recv(ctx)->slot = uint32_t(posted.size());
+        posted.push_back({ctx, tag});
     }
-    void untrack_posted(PostedMap::iterator it) {
-        constexpr size_t kSpareNodes = 64;
-        if (posted_spare.size() < kSpareNodes)
-            posted_spare.push_back(posted.extract(it));
-        else
-            posted.erase(it);
-    }
+    // The tag it was posted with; is_posted(ctx) must hold.
+    uct_tag_t posted_tag(uct_tag_context_t *ctx) const { return posted[tag_recv(ctx)->slot].tag; }
     void untrack_posted(uct_tag_context_t *ctx) {
-        const auto it = posted.find(ctx);
-        if (it != posted.end()) untrack_posted(it);
+        if (!is_posted(ctx)) return;
+        const uint32_t i = tag_recv(ctx)->slot;
+        posted[i] = posted.back();
+        tag_recv(posted[i].ctx)->slot = i;
+        posted.pop_back();
     }
     uct_tag_unexp_eager_cb_t eager_cb = nullptr;
     void *eager_arg = nullptr;
@@ -281,7 +280,7 @@ struct Iface {
         for (RndvSlot &slot : rndv_slots) f(slot.op);
     }
     bool tag_context_in_use(const uct_tag_context_t *ctx) const {
-        if (posted.count(const_cast<uct_tag_context_t *>(ctx))) return true;
+        if (is_posted(ctx)) return true;
         for (const RxEvent &r : rx_fifo)
             if (r.ctx == ctx) return true;
         for (const auto &c : cancelled)

@@ -219,9 +219,8 @@ extern "C" ucs_status_t uct_portals_iface_tag_recv_cancel(uct_iface_h tl_iface, 
     Iface *f = iface_of(tl_iface);
     TagRecv *t = tag_recv(ctx);
     if (t->state == kTagPosted && PtlMEUnlink(t->me) == PTL_OK) {
-        const auto it = f->posted.find(ctx);
-        if (!force) f->cancelled.emplace_back(ctx, it->second);
-        f->untrack_posted(it);
+        if (!force && f->is_posted(ctx)) f->cancelled.emplace_back(ctx, f->posted_tag(ctx));
+        f->untrack_posted(ctx);
         t->state = kTagCancelled;
         ++f->stats.cancelled;
         return UCS_OK;
