@@ -78,6 +78,18 @@ TEST(UctPortals, TagOffloadCanBeConfiguredOff) {
     s.close();
 }
 
+// UCX_PORTALS_TM_MIN_RECV is the iface's min_recv (UCP offloads no smaller receive), capped
+// one above SEG_SIZE: a receive that fits a descriptor may stay in software, no larger one.
+TEST(UctPortals, TagMinRecvIsConfiguredAndCappedAboveTheDescriptorSize) {
+    for (const auto &[value, want] : std::vector<std::pair<std::string, size_t>>{
+             {"0", 0}, {"4k", 4096}, {"8193", 8193}, {"1m", 8193}}) {
+        Side s;
+        s.open({{"TM_MIN_RECV", value}, {"SEG_SIZE", "8k"}});
+        EXPECT_EQ(s.attr.cap.tag.recv.min_recv, want) << value;
+        s.close();
+    }
+}
+
 // Active messages of every size and send flavour arrive intact and in order; the receiver
 // has only 4 descriptors and does not progress until everything is sent, so most messages
 // meet the catch-all and are fetched from the sender (rx_pool.h) - still in order.

@@ -122,6 +122,7 @@ extern "C" ucs_status_t uct_portals_iface_init(uct_portals_iface_t *uct, uct_md_
     f->rndv_max_hdr =
         std::min({cfg->rndv_max_hdr, f->seg_size - std::min(f->seg_size, sizeof(RndvInfo)), kMaxRndvHeader});
     f->tm_list_size = cfg->tm_list_size;
+    f->tm_min_recv = std::min(cfg->tm_min_recv, seg_size + 1);
     f->rndv_queue_len = std::max(cfg->rndv_queue_len, 1u);
     f->tx_window = std::max(cfg->tx_window, 1u);
     f->latency = cfg->latency_ns;
@@ -268,7 +269,7 @@ extern "C" ucs_status_t uct_portals_iface_query(uct_iface_h tl_iface, uct_iface_
     attr->cap.am.max_hdr = f->max_am_hdr();
     attr->cap.am.max_iov = kMaxIov;
 
-    attr->cap.tag.recv.min_recv = 0;
+    attr->cap.tag.recv.min_recv = f->tm_min_recv;
     attr->cap.tag.recv.max_zcopy = SIZE_MAX >> 24;
     attr->cap.tag.recv.max_iov = 1;
     attr->cap.tag.recv.max_outstanding = f->tm_list_size;

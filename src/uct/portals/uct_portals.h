@@ -50,6 +50,7 @@ typedef struct uct_portals_iface_config {
     unsigned rndv_queue_len; /* rendezvous sends in flight per iface */
     int tm_enable;         /* tag offload by the engine's match lists */
     unsigned tm_list_size; /* posted tagged receives */
+    size_t tm_min_recv;    /* smallest receive UCP offloads (min_recv) */
     size_t eager_max;      /* largest eager tagged message (send buffers hold one) */
     size_t rndv_max_hdr;   /* user header of a rendezvous */
     double latency_ns;     /* reported to UCP: engine overhead per message */
