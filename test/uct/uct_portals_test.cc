@@ -82,9 +82,11 @@ TEST(UctPortals, TagOffloadCanBeConfiguredOff) {
 // one above SEG_SIZE: a receive that fits a descriptor may stay in software, no larger one.
 TEST(UctPortals, TagMinRecvIsConfiguredAndCappedAboveTheDescriptorSize) {
     for (const auto &[value, want] : std::vector<std::pair<std::string, size_t>>{
-             {"0", 0}, {"4k", 4096}, {"8193", 8193}, {"1m", 8193}}) {
+             {"", 4096}, {"0", 0}, {"2k", 2048}, {"8193", 8193}, {"1m", 8193}}) {
         Side s;
-        s.open({{"TM_MIN_RECV", value}, {"SEG_SIZE", "8k"}});
+        std::map<std::string, std::string> config{{"SEG_SIZE", "8k"}};
+        if (!value.empty()) config["TM_MIN_RECV"] = value;  // "": the default
+        s.open(config);
         EXPECT_EQ(s.attr.cap.tag.recv.min_recv, want) << value;
         s.close();
     }

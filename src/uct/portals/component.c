@@ -75,7 +75,7 @@ static ucs_config_field_t uct_portals_iface_config_table[] = {
      "Tagged receives that can be posted at once (uct_iface_tag_recv_zcopy).",
      ucs_offsetof(uct_portals_iface_config_t, tm_list_size), UCS_CONFIG_TYPE_UINT},
 
-    {"TM_MIN_RECV", "0",
+    {"TM_MIN_RECV", "4k",
      "Smallest receive UCP gives the engine to match (the iface's min_recv; UCP also needs\n"
      "UCX_TM_THRESH): smaller ones UCP matches in software, their messages landing in a\n"
      "receive descriptor first. At most SEG_SIZE + 1 (a larger message meeting no posted\n"

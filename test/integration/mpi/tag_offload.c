@@ -1,4 +1,5 @@
-/* Receives posted before their messages arrive, 1 KiB to 1 MiB (eager and rendezvous): with
+/* Receives posted before their messages arrive, 4 KiB (UCX_PORTALS_TM_MIN_RECV: smaller ones
+ * UCP keeps in software) to 1 MiB (eager and rendezvous): with
  * UCX's tag offload these are matched by the Portals engine on the priority list, not by
  * UCP in software. run_integration.sh runs it with UCX_PORTALS_STATS=y and checks the
  * engine's counters; the program itself checks the data. Every rank receives ROUNDS x
@@ -11,14 +12,15 @@ int main(int argc, char **argv) {
     int rank, nranks;
     check_init(&argc, &argv, &rank, &nranks);
     const int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
-    static const size_t sizes[ROUNDS] = {1024, 8192, 65536, 1 << 20};
+    static const size_t sizes[ROUNDS] = {4096, 8192, 65536, 1 << 20};
     /* UCP offloads receives only on an interface that has seen an unexpected message of the
-     * tag-offload protocols (small ones go by active message): one goes first. */
-    int token[256] = {rank}, got[256] = {-1};
+     * tag-offload protocols at least as long as its offload threshold (small ones go by active
+     * message): one of 4 KiB goes first. */
+    int token[1024] = {rank}, got[1024] = {-1};
     MPI_Request warm;
-    MPI_Isend(token, 256, MPI_INT, right, 1, MPI_COMM_WORLD, &warm);
+    MPI_Isend(token, 1024, MPI_INT, right, 1, MPI_COMM_WORLD, &warm);
     MPI_Barrier(MPI_COMM_WORLD);
-    MPI_Recv(got, 256, MPI_INT, left, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(got, 1024, MPI_INT, left, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Wait(&warm, MPI_STATUS_IGNORE);
     CHECK(got[0] == left, "warm-up: got %d", got[0]);
 
