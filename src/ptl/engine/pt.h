@@ -24,10 +24,11 @@ using UhList = IList<UnexpectedHeader, &UnexpectedHeader::all_hook>;
 using UhBucket = IList<UnexpectedHeader, &UnexpectedHeader::bucket_hook>;
 
 // The bucket of `bits` in a map of lists by match bits, made if missing, from a kept node
-// when there is one. A bucket that empties stays in the map (drop_empty_buckets): the next
-// entry with those bits (a ping-pong's next receive has its tag) finds it with one lookup,
-// and an unlink touches no map at all (append + unlink of such an entry: 1,150 instructions
-// with a map node made and freed per message, 1,088 with nodes kept, before buckets stayed).
+// when there is one. A bucket that empties stays in the map (drop_empty_buckets_if_many):
+// the next entry with those bits (a ping-pong's next receive has its tag) finds it with one
+// lookup, and an unlink touches no map at all (append + unlink of such an entry: 1,150
+// instructions with a map node made and freed per message, 1,088 with nodes kept, before
+// buckets stayed).
 template <typename Map>
 typename Map::mapped_type &bucket_of(Map &map, std::vector<typename Map::node_type> &spare,
                                      ptl_match_bits_t bits) {
