@@ -2,7 +2,10 @@
 // engine's size (a 72-byte header and an 8-byte payload) through two rings, and print the
 // one-way latency. It is the floor under portals' shm am_lat, to set next to UCX posix's
 // (bench/ring_floor.sh runs both): the rest of portals' latency is the engine and adapter.
-//   bench/ring_pingpong [iterations] [header bytes]
+// With a larger payload, each side copies it in from its own buffer and out into another as
+// it arrives (streamed from 16 KiB, as the engine reads it into a posted receive): the floor
+// under a medium message's two copies.
+//   bench/ring_pingpong [iterations] [header bytes] [payload bytes]
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../src/ptl/wire/shm/shm_ring.h"
@@ -28,20 +32,27 @@ uint64_t now_ns() {
 }
 
 // Waits for the next message, touches its last header byte as the engine would read it,
-// and frees its cells.
-void receive(Ring &rx, size_t header_len) {
+// copies its payload into `to` as it arrives, and frees its cells.
+void receive(Ring &rx, size_t header_len, char *to) {
     const CellHead *h;
     while (!(h = rx.peek())) {
     }
     volatile char last = reinterpret_cast<const char *>(h + 1)[header_len - 1];
     (void)last;
+    const char *payload = reinterpret_cast<const char *>(h + 1) + h->header_len;
+    for (size_t done = 0; done < h->payload_len;) {
+        const size_t in = Ring::arrived(h);
+        if (in > done) {
+            std::memcpy(to + done, payload + done, in - done);
+            done = in;
+        }
+    }
     rx.release(h);
 }
 
-void send(Ring &tx, const char *header, size_t header_len) {
-    uint64_t payload = 42;
-    iovec iov{&payload, sizeof payload};
-    while (!tx.try_push(0, 0, header, header_len, &iov, 1, sizeof payload)) {
+void send(Ring &tx, const char *header, size_t header_len, const char *payload, size_t payload_len) {
+    iovec iov{const_cast<char *>(payload), payload_len};
+    while (!tx.try_push(0, 0, header, header_len, &iov, 1, payload_len)) {
     }
 }
 
@@ -50,11 +61,17 @@ void send(Ring &tx, const char *header, size_t header_len) {
 int main(int argc, char **argv) {
     const int iters = argc > 1 ? std::atoi(argv[1]) : 200000;
     const size_t header_len = argc > 2 ? size_t(std::atoi(argv[2])) : 72;
+    const size_t payload_len = argc > 3 ? size_t(std::atoll(argv[3])) : 8;
     constexpr uint32_t kCells = 4096, kCellSize = 256;  // the wire's defaults
-    if (iters < 1 || header_len < 1 || header_len > 128) {
-        std::fprintf(stderr, "usage: ring_pingpong [iterations] [header bytes, 1..128]\n");
+    constexpr size_t kMaxPayload = size_t(kCells / 4) * kCellSize - sizeof(CellHead) - 128;
+    if (iters < 1 || header_len < 1 || header_len > 128 || payload_len > kMaxPayload) {
+        std::fprintf(stderr,
+                     "usage: ring_pingpong [iterations] [header bytes, 1..128] [payload bytes, 0..%zu]\n",
+                     kMaxPayload);
         return 2;
     }
+    // Separate buffers to copy from and into, as an application's send and receive buffers.
+    std::vector<char> out(std::max<size_t>(payload_len, 1), 'p'), in(std::max<size_t>(payload_len, 1));
     const size_t size = Ring::segment_size(kCells, kCellSize);
     void *seg[2];
     for (void *&s : seg) {
@@ -77,8 +94,8 @@ int main(int argc, char **argv) {
         rx.attach(seg[1], size);
         tx.attach(seg[0], size);
         for (int i = 0; i < warmup + iters; ++i) {
-            receive(rx, header_len);
-            send(tx, header, header_len);
+            receive(rx, header_len, in.data());
+            send(tx, header, header_len, out.data(), payload_len);
         }
         _exit(0);
     }
@@ -87,8 +104,8 @@ int main(int argc, char **argv) {
     std::vector<uint64_t> rtt(static_cast<size_t>(iters));
     for (int i = 0; i < warmup + iters; ++i) {
         const uint64_t t0 = now_ns();
-        send(tx, header, header_len);
-        receive(rx, header_len);
+        send(tx, header, header_len, out.data(), payload_len);
+        receive(rx, header_len, in.data());
         if (i >= warmup) rtt[size_t(i - warmup)] = now_ns() - t0;
     }
     int status = 0;
@@ -96,7 +113,7 @@ int main(int argc, char **argv) {
     std::sort(rtt.begin(), rtt.end());
     auto one_way_us = [&](double q) { return double(rtt[size_t(q * (iters - 1))]) / 2000.0; };
     std::printf(
-        "ring one-way latency (us), %d iterations, %zu-byte header + 8 bytes: p10 %.3f p50 %.3f p90 %.3f\n",
-        iters, header_len, one_way_us(0.1), one_way_us(0.5), one_way_us(0.9));
+        "ring one-way latency (us), %d iterations, %zu-byte header + %zu bytes: p10 %.3f p50 %.3f p90 %.3f\n",
+        iters, header_len, payload_len, one_way_us(0.1), one_way_us(0.5), one_way_us(0.9));
     return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }

@@ -45,8 +45,9 @@ for t in "am_lat -n 20000" "put_bw -D zcopy -s 65536 -n 2000" "get -D zcopy -s 6
   out=$(perf -x portals -d lo -t $t)
   say "UCT $t: $(grep '^Final:' <<< "$out")"
 done
-# The client's receives of tag_lat are offloaded once UCP has seen an unexpected message.
-for t in "tag_lat -s 1024 -n 20000" "tag_bw -s 1024 -n 20000" "tag_bw -s 65536 -n 2000"; do
+# The client's receives of tag_lat are offloaded once UCP has seen an unexpected message, from
+# UCX_PORTALS_TM_MIN_RECV (4 KiB) on.
+for t in "tag_lat -s 4096 -n 20000" "tag_bw -s 4096 -n 20000" "tag_bw -s 65536 -n 2000"; do
   # shellcheck disable=SC2086
   out=$(UCX_TLS=portals UCX_NET_DEVICES=lo UCX_PORTALS_STATS=y perf -t $t)
   say "UCP $t: $(grep '^Final:' <<< "$out")"

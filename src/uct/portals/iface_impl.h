@@ -112,7 +112,7 @@ struct Iface {
     // configuration
     size_t seg_size = 0;      // largest active message, and a receive descriptor's size
     size_t eager_max = 0;     // largest eager tagged message (>= seg_size): a send buffer's size
-    size_t tm_min_recv = 0;   // smallest receive UCP offloads (<= seg_size)
+    size_t tm_min_recv = 0;   // smallest receive UCP offloads (<= seg_size + 1)
     size_t rndv_max_hdr = 0;  // as advertised: the configured one within what fits
     bool tag_offload = true;
     unsigned tm_list_size = 0;
