@@ -23,7 +23,6 @@ extern "C" {
 #include <memory>
 #include <new>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "me.h"

@@ -323,9 +323,9 @@ void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm
     // A producer writing a message to us that it reserved before the flag went up will not
     // ring: nap briefly instead (it publishes within microseconds; one that died meanwhile
     // must not make this a busy loop).
-    const bool reserved = !rx_.nothing_reserved();
+    const bool reserved = !rx_.nothing_reserved(), published = reserved && rx_.may_hold_message();
     constexpr long kWhileWrittenUs = 50;
-    if (reserved && !rx_.may_hold_message())
+    if (reserved && !published)
         timeout_us = timeout_us >= 0 ? std::min(timeout_us, kWhileWrittenUs) : kWhileWrittenUs;
     struct timespec ts {
         timeout_us / 1000000, (timeout_us % 1000000) * 1000
@@ -333,7 +333,7 @@ void ShmWire::wait_for_traffic(long timeout_us, const std::function<void()> &arm
     if (has_backlog()) {
         // Our messages wait for room in a peer's ring: a progress must keep trying.
         sched_yield();
-    } else if (!(reserved && rx_.may_hold_message()) && !(work_waiting && work_waiting())) {
+    } else if (!published && !(work_waiting && work_waiting())) {
         if (!polls) {
             syscall(SYS_futex, &c->doorbell, FUTEX_WAIT, v, timeout_us >= 0 ? &ts : nullptr, nullptr, 0);
         } else if (c->doorbell.load(std::memory_order_seq_cst) == v) {  // what FUTEX_WAIT compares
