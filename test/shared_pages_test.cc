@@ -235,3 +235,32 @@ TEST(SharedPages, AForkAfterTheApplicationUnmappedAdoptedPagesLeavesWhatIsThereN
         << "the child's memory was overwritten";
     munmap(m, 2 * kPage);
 }
+
+// An application that registers many separate buffers (UCT's gtest posts a thousand tagged
+// receives, each in its own mapping) has each adopted, beyond the 256 ranges the fork table
+// once held, and a forked child still gets private copies of every one.
+TEST(SharedPages, ManySeparateRangesAreAllAdoptedAndAForkedChildGetsPrivateCopiesOfEach) {
+    constexpr int kRanges = 600;
+    // Every other page, so that each range is a mapping of its own.
+    char *area = map_anonymous(2 * kRanges * kPage);
+    ASSERT_NE(area, nullptr);
+    AdoptedPages adopted;
+    for (int i = 0; i < kRanges; ++i) {
+        char *m = area + 2 * size_t(i) * kPage;
+        std::memset(m, 'a' + i % 26, kPage);
+        SharedRange r;
+        ASSERT_TRUE(adopted.adopt(m, kPage, &r)) << "range " << i;
+        adopted.release(r.fd);
+    }
+    EXPECT_EQ(adopted.stats().adoptions, uint64_t(kRanges));
+    EXPECT_TRUE(in_child([&] {
+        for (int i = 0; i < kRanges; ++i) {
+            char *m = area + 2 * size_t(i) * kPage;
+            if (m[0] != 'a' + i % 26 || m[kPage - 1] != 'a' + i % 26) return false;
+            m[0] = '!';
+        }
+        return true;
+    })) << "the child did not see the contents";
+    for (int i = 0; i < kRanges; ++i) ASSERT_EQ(area[2 * size_t(i) * kPage], 'a' + i % 26) << "range " << i;
+    munmap(area, 2 * kRanges * kPage);
+}

@@ -1,5 +1,7 @@
 #include "shared_pages.h"
 
+#include "../../util/mappings.h"
+
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -21,41 +23,9 @@ size_t page_size() {
     return p;
 }
 
-// The mappings that cover [base, end), in address order; false if a hole lies in between.
-struct Vma {
-    uintptr_t lo, hi;
-    uint64_t offset, inode;
-    char perms[8];
-    std::string name;
-};
-// With `holes`, every mapping that overlaps the range, holes or not (true then).
+using Vma = Mapping;
 bool read_vmas(uintptr_t base, uintptr_t end, std::vector<Vma> *out, bool holes = false) {
-    FILE *f = std::fopen("/proc/self/maps", "re");
-    if (!f) return false;
-    char line[512];
-    uintptr_t covered = base;
-    while (covered < end && std::fgets(line, sizeof line, f)) {
-        Vma v{};
-        unsigned long lo, hi, off, inode;
-        char dev[16] = {};
-        int name_at = 0;
-        if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %n", &lo, &hi, v.perms, &off, dev, &inode, &name_at) <
-            6)
-            continue;
-        if (hi <= covered) continue;
-        if (lo >= end) break;
-        if (lo > covered && !holes) break;  // a hole
-        v.lo = lo;
-        v.hi = hi;
-        v.offset = off;
-        v.inode = inode;
-        v.name = name_at ? line + name_at : "";
-        while (!v.name.empty() && (v.name.back() == '\n' || v.name.back() == ' ')) v.name.pop_back();
-        out->push_back(std::move(v));
-        covered = hi;
-    }
-    std::fclose(f);
-    return holes || covered >= end;
+    return read_mappings(base, end, out, holes);
 }
 
 // Anonymous memory, whose untouched pages read as zeros (and need no copy). Not the brk heap:
@@ -149,9 +119,26 @@ struct ForkRange {
     size_t len;
     uint64_t ino;  // 0: a free place
 };
-constexpr int kMaxForkRanges = 256;
+constexpr int kMaxForkRanges = 4096;
 ForkRange g_fork_ranges[kMaxForkRanges];
 std::atomic<int> g_fork_count{0};
+// Scans of a full table that would be skipped before the next (one found nothing to free).
+int g_fork_scans_skipped = 0;
+constexpr int kForkScanBackoff = 64;
+
+// Every mapping of the process, in address order: read once for many ranges.
+std::vector<Vma> all_mappings() {
+    std::vector<Vma> all;
+    read_vmas(0, UINTPTR_MAX, &all, true);
+    return all;
+}
+
+// Calls f for each mapping in `all` that overlaps [lo, hi).
+template <class F>
+void each_overlapping(const std::vector<Vma> &all, uintptr_t lo, uintptr_t hi, F &&f) {
+    auto it = std::upper_bound(all.begin(), all.end(), lo, [](uintptr_t a, const Vma &v) { return a < v.hi; });
+    for (; it != all.end() && it->lo < hi; ++it) f(*it);
+}
 
 // In a forked child: each shared range still mapped from its file becomes private memory
 // holding what it held at this moment, as it would have had without adoption. Only a range
@@ -160,50 +147,56 @@ std::atomic<int> g_fork_count{0};
 // into place in one call.
 void privatize_in_child() {
     const int n = g_fork_count.load(std::memory_order_acquire);
+    if (n == 0) return;
+    const std::vector<Vma> all = all_mappings();
     for (int i = 0; i < n; ++i) {
         const ForkRange r = g_fork_ranges[i];
         if (!r.ino) continue;
         g_fork_ranges[i].ino = 0;
         // Part of it may be gone (a heap trimmed at its top) and part still shared.
-        std::vector<Vma> vmas;
-        read_vmas(r.base, r.base + r.len, &vmas, true);
-        for (const Vma &v : vmas) {
-            if (v.inode != r.ino || std::strcmp(v.perms, "rw-s") != 0) continue;
+        each_overlapping(all, r.base, r.base + r.len, [&](const Vma &v) {
+            if (v.inode != r.ino || std::strcmp(v.perms, "rw-s") != 0) return;
             const uintptr_t lo = std::max<uintptr_t>(v.lo, r.base),
                             hi = std::min<uintptr_t>(v.hi, r.base + r.len);
             const size_t len = hi - lo;
             void *copy = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (copy == MAP_FAILED) continue;
+            if (copy == MAP_FAILED) return;
             std::memcpy(copy, reinterpret_cast<const void *>(lo), len);
             if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void *>(lo)) ==
                 MAP_FAILED)
                 munmap(copy, len);
-        }
+        });
     }
 }
 
 // Whether any part of the range is still mapped from the file.
-bool partly_adopted(const ForkRange &r) {
-    std::vector<Vma> vmas;
-    read_vmas(r.base, r.base + r.len, &vmas, true);
-    for (const Vma &v : vmas)
-        if (v.inode == r.ino && std::strcmp(v.perms, "rw-s") == 0) return true;
-    return false;
+bool partly_adopted(const std::vector<Vma> &all, const ForkRange &r) {
+    bool found = false;
+    each_overlapping(all, r.base, r.base + r.len, [&](const Vma &v) {
+        if (v.inode == r.ino && std::strcmp(v.perms, "rw-s") == 0) found = true;
+    });
+    return found;
 }
 
 // A free place in g_fork_ranges, or -1. When full, the ranges the application unmapped since
-// make room.
+// make room; a scan that finds none is not repeated for the next kForkScanBackoff calls.
 int free_fork_range() {
     const int n = g_fork_count.load(std::memory_order_relaxed);
     for (int i = 0; i < n; ++i)
         if (!g_fork_ranges[i].ino) return i;
     if (n < kMaxForkRanges) return n;
+    if (g_fork_scans_skipped > 0) {
+        --g_fork_scans_skipped;
+        return -1;
+    }
+    const std::vector<Vma> all = all_mappings();
     int found = -1;
     for (int i = 0; i < n; ++i)
-        if (!partly_adopted(g_fork_ranges[i])) {
+        if (!partly_adopted(all, g_fork_ranges[i])) {
             g_fork_ranges[i].ino = 0;
             if (found < 0) found = i;
         }
+    if (found < 0) g_fork_scans_skipped = kForkScanBackoff;
     return found;
 }
 
