@@ -23,8 +23,8 @@ const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
 std::string describe(const std::vector<Mapping> &ms) {
     std::string s;
     for (const Mapping &m : ms)
-        s += std::to_string(m.lo) + "-" + std::to_string(m.hi) + " " + m.perms + " " + std::to_string(m.offset) +
-             " " + std::to_string(m.inode) + " [" + m.name + "]\n";
+        s += std::to_string(m.lo) + "-" + std::to_string(m.hi) + " " + m.perms + " " +
+             std::to_string(m.offset) + " " + std::to_string(m.inode) + " [" + m.name + "]\n";
     return s;
 }
 
@@ -45,7 +45,8 @@ TEST(Mappings, TheQueryByAddressAndTheTextAgree) {
     ASSERT_EQ(munmap(area + 4 * kPage, kPage), 0);  // a hole
     const int file = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
     ASSERT_GE(file, 0);
-    ASSERT_NE(mmap(area + 5 * kPage, kPage, PROT_READ, MAP_PRIVATE | MAP_FIXED, file, off_t(kPage)), MAP_FAILED);
+    ASSERT_NE(mmap(area + 5 * kPage, kPage, PROT_READ, MAP_PRIVATE | MAP_FIXED, file, off_t(kPage)),
+              MAP_FAILED);
 
     const uintptr_t base = reinterpret_cast<uintptr_t>(area);
     std::vector<Mapping> text;

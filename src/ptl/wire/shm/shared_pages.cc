@@ -136,7 +136,8 @@ std::vector<Vma> all_mappings() {
 // Calls f for each mapping in `all` that overlaps [lo, hi).
 template <class F>
 void each_overlapping(const std::vector<Vma> &all, uintptr_t lo, uintptr_t hi, F &&f) {
-    auto it = std::upper_bound(all.begin(), all.end(), lo, [](uintptr_t a, const Vma &v) { return a < v.hi; });
+    auto it =
+        std::upper_bound(all.begin(), all.end(), lo, [](uintptr_t a, const Vma &v) { return a < v.hi; });
     for (; it != all.end() && it->lo < hi; ++it) f(*it);
 }
 
