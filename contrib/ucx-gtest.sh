@@ -4,7 +4,8 @@
 #   contrib/ucx-gtest.sh [--ucx SOURCE] build        build it (cached; ~6 min cold on 2 cores)
 #   contrib/ucx-gtest.sh [--ucx SOURCE] run [ARGS]   run it with gtest ARGS
 #   UCX_GTEST_WRAPPER="gdb --args" contrib/ucx-gtest.sh run ...   run it under a debugger
-#   contrib/ucx-gtest.sh [--ucx SOURCE] ci           build if needed, run what CI runs (below)
+#   contrib/ucx-gtest.sh [--ucx SOURCE] ci           build if needed, run what CI runs (below),
+#                                                    in UCX_GTEST_SHARDS (default 3) shards at once
 #
 # SOURCE is what contrib/ucx-build.sh takes: `installed` (default: Debian's source of the
 # installed UCX) or an upstream release tarball or source directory. The suite is built in
@@ -15,6 +16,7 @@
 set -eo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source_arg=installed
+shards=${UCX_GTEST_SHARDS:-3}
 [ "${1:-}" = --ucx ] && { source_arg=$2; shift 2; }
 
 prepare() {
@@ -34,6 +36,27 @@ run() {
   env -u LD_PRELOAD -u UCX_MODULES -u UCX_TLS UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn \
     UCX_PORTALS_TM_MIN_RECV="${UCX_PORTALS_TM_MIN_RECV:-0}" \
     ${UCX_GTEST_WRAPPER-} "$gtest" "$@"
+}
+
+# Runs gtest ARGS as $shards shards at once (gtest's GTEST_TOTAL_SHARDS), each one's output kept
+# and printed whole when all ended; fails if one did. Most of UCX's tests wait (a fixed number
+# of progress rounds with sleeps between them), so shards overlap well even on two cores.
+run_sharded() {
+  local logs i rc=0
+  logs=$(mktemp -d "${TMPDIR:-/tmp}/ucx-gtest.XXXXXX")
+  for i in $(seq 0 $((shards - 1))); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i run "$@" > "$logs/$i" 2>&1 &
+    echo $! > "$logs/$i.pid"
+  done
+  for i in $(seq 0 $((shards - 1))); do
+    wait "$(cat "$logs/$i.pid")" || { rc=$?; echo "ucx-gtest: shard $i of $shards failed (status $rc)"; }
+  done
+  for i in $(seq 0 $((shards - 1))); do
+    echo "== ucx-gtest: shard $i of $shards: $*"
+    cat "$logs/$i"
+  done
+  rm -rf "$logs"
+  return $rc
 }
 
 # What CI runs: every uct test instantiated for portals, and UCP's tag, active message,
@@ -76,8 +99,8 @@ case "${1:-}" in
   run) shift; prepare; run "$@" ;;
   ci)
     prepare
-    run --gtest_filter="$ci_filter"
-    run --gtest_filter="$ci_filter_ucp"
+    run_sharded --gtest_filter="$ci_filter"
+    run_sharded --gtest_filter="$ci_filter_ucp"
     UCX_PORTALS_TM_ENABLE=n run --gtest_filter="$ci_filter_no_tm"
     ;;
   *) echo "usage: $0 [--ucx SOURCE] build | run [gtest args] | ci" >&2; exit 2 ;;
