@@ -24,9 +24,6 @@ size_t page_size() {
 }
 
 using Vma = Mapping;
-bool read_vmas(uintptr_t base, uintptr_t end, std::vector<Vma> *out, bool holes = false) {
-    return read_mappings(base, end, out, holes);
-}
 
 // Anonymous memory, whose untouched pages read as zeros (and need no copy). Not the brk heap:
 // UCX's registration cache rounds a region out to whole pages, which there hold other
@@ -47,7 +44,7 @@ bool ours(const Vma &v) {
 // the heap, files' private copies (.data) and huge pages stay as they are: their pages hold
 // other objects too.
 bool private_writable(uintptr_t base, uintptr_t end, std::vector<Vma> *out) {
-    if (!read_vmas(base, end, out)) return false;
+    if (!read_mappings(base, end, out)) return false;
     for (const Vma &v : *out)
         if (!ours(v) && (std::strcmp(v.perms, "rw-p") != 0 || !anonymous(v))) return false;
     return true;
@@ -57,7 +54,7 @@ bool private_writable(uintptr_t base, uintptr_t end, std::vector<Vma> *out) {
 // application may have unmapped adopted pages (freed the memory) and mapped new ones there.
 bool still_adopted(uintptr_t base, size_t len, uint64_t ino) {
     std::vector<Vma> vmas;
-    if (!read_vmas(base, base + len, &vmas)) return false;
+    if (!read_mappings(base, base + len, &vmas)) return false;
     for (const Vma &v : vmas)
         if (v.inode != ino || std::strcmp(v.perms, "rw-s") != 0 || v.offset != v.lo - base) return false;
     return true;
@@ -129,7 +126,7 @@ constexpr int kForkScanBackoff = 64;
 // Every mapping of the process, in address order: read once for many ranges.
 std::vector<Vma> all_mappings() {
     std::vector<Vma> all;
-    read_vmas(0, UINTPTR_MAX, &all, true);
+    read_mappings(0, UINTPTR_MAX, &all, true);
     return all;
 }
 
