@@ -9,6 +9,8 @@ pkgs="$pkgs libibverbs-dev librdmacm-dev libnuma-dev libfuse3-dev"
 # Open MPI's portals4 components built from Debian's source (contrib/ompi-build.sh) use the
 # system's PMIx, libevent and hwloc, as Debian's Open MPI does.
 pkgs="$pkgs libevent-dev"
+# test/run_integration.sh counts an MPI ping-pong's system calls per message with strace.
+pkgs="$pkgs strace"
 # The verbs wire's tests run in a guest on Debian's kernel with soft-RoCE (contrib/guest-run.sh):
 # qemu, the initramfs' tools, and rdma-core's rxe provider and rdma tool in the guest.
 pkgs="$pkgs qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers"

@@ -86,3 +86,36 @@ check_no_adoption_per_message() {  # label run-command... (the command gets the 
     return 1
   fi
 }
+
+# The same ping-pong from 4 to 16 KiB (the eager sizes), 20 and 2,000 round trips per size,
+# each rank under `strace -f -c` (test/strace_rank.sh, given before the program): the ranks'
+# system calls may not grow with the round trips. The 11,880 extra messages may add at most
+# 1,200 (one per 10 messages: two runs of one job differ by up to ~500, its start-up mostly;
+# what is paced by time, UCX's and MPI's own threads and the engine's liveness checks, adds
+# tens), where a system call every few messages (an idle tcp wire's epoll_wait every 20 us:
+# +27,000 here) adds thousands. UCX's shared memory makes none either. Skipped without strace.
+syscall_total() {  # directory of strace -c outputs
+  cat "$1"/rank.* | awk '$2 == "total" {n += $1} END {print n + 0}'
+}
+check_no_syscalls_per_message() {  # label run-command... (it gets the iterations and largest size last)
+  label=$1
+  shift
+  if ! command -v strace >/dev/null; then
+    echo "$label: system calls not counted (no strace)"
+    return 0
+  fi
+  few=$(mktemp -d) many=$(mktemp -d) log=$(mktemp)
+  SYSCALL_COUNT_DIR=$few "$@" 20 16384 </dev/null >"$log" 2>&1 &&
+    SYSCALL_COUNT_DIR=$many "$@" 2000 16384 </dev/null >"$log" 2>&1 || { cat "$log"; rm -rf "$few" "$many" "$log"; return 1; }
+  set -- "$(syscall_total "$few")" "$(syscall_total "$many")" "$(ls "$many" | wc -l)"
+  echo "$label: the ranks made $1 system calls with 20 round trips per size, $2 with 2000"
+  status=0
+  if [ "$3" -lt 2 ] || [ "$2" -gt $(($1 + 1200)) ]; then
+    echo "$label: system calls grow with the messages (4-16 KiB ping-pong), or no rank was counted" >&2
+    cat "$many"/rank.* | awk 'NF == 2 && $2 != "total" && $1 + 0 > 0 {n[$2] += $1} END {for (s in n) print n[s], s}' |
+      sort -rn | head -8 >&2
+    status=1
+  fi
+  rm -rf "$few" "$many" "$log"
+  return $status
+}

@@ -8,7 +8,7 @@
 #   tag offload: receives posted before their messages (1 KiB to 1 MiB) are matched by the
 #     Portals engine, as its counters (UCX_PORTALS_STATS=y) show, under both MPIs;
 #   page-aligned buffers: a ping-pong neither adopts pages nor maps a peer's file per message
-#     (issue 58), under both MPIs.
+#     (issue 58), and makes no system call per message from 4 to 16 KiB, under both MPIs.
 # A stack that is not installed is skipped with a message; 77 if none is.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +37,9 @@ if [ -n "$MPI_PROGRAMS" ]; then
   echo "== Open MPI -n 2 aligned_pingpong (UCX_PORTALS_STATS=y)"
   check_no_adoption_per_message "Open MPI aligned_pingpong" timeout 120 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS \
     $OMPI_UCX_FLAGS -x UCX_PORTALS_STATS -n 2 "$MPI_PROGRAMS/aligned_pingpong"
+  echo "== Open MPI -n 2 aligned_pingpong 4-16 KiB (system calls, strace)"
+  check_no_syscalls_per_message "Open MPI aligned_pingpong" timeout 180 "$OMPI_MPIRUN" $OMPI_LOCAL_FLAGS \
+    $OMPI_UCX_FLAGS -x SYSCALL_COUNT_DIR -n 2 "$top/test/strace_rank.sh" "$MPI_PROGRAMS/aligned_pingpong"
 else
   echo "== Open MPI: skipped ($MPI_SKIP)"
 fi
@@ -73,6 +76,9 @@ if [ -n "$MPICH_PROGRAMS" ]; then
   echo "== MPICH -n 2 aligned_pingpong (UCX_PORTALS_STATS=y)"
   check_no_adoption_per_message "MPICH aligned_pingpong" timeout 120 "$HYDRA_MPIEXEC" -n 2 \
     "$MPICH_PROGRAMS/aligned_pingpong"
+  echo "== MPICH -n 2 aligned_pingpong 4-16 KiB (system calls, strace)"
+  check_no_syscalls_per_message "MPICH aligned_pingpong" timeout 180 "$HYDRA_MPIEXEC" -n 2 \
+    "$top/test/strace_rank.sh" "$MPICH_PROGRAMS/aligned_pingpong"
 else
   echo "== MPICH: skipped ($MPICH_SKIP)"
 fi
