@@ -191,7 +191,9 @@ int Engine::append(ptl_handle_ni_t nh, ptl_pt_index_t pti, const ptl_me_t *d, bo
         }
     }
     pt.lists[list].add(en);
-    if (list == PTL_PRIORITY_LIST) export_entry(n, pt, en);
+    // Use-once and locally managed entries are never exported (exportable): the UCT face's
+    // posted receives, one per offloaded message, skip the call.
+    if (list == PTL_PRIORITY_LIST && !(o & (PTL_ME_USE_ONCE | PTL_ME_MANAGE_LOCAL))) export_entry(n, pt, en);
     entry_event(pt, *en, PTL_EVENT_LINK);
     finish_call();
     return PTL_OK;
