@@ -135,6 +135,9 @@ int PtlXProgressEQ(ptl_handle_eq_t eq, ptl_event_t *events, unsigned max, unsign
  *                     cannot map above PTL_SHM_COPY_MAX; the rest moves through the ring
  *                     or a mapping
  *   kernel_copy_bytes bytes they moved
+ *   shm_copy_max      memory a peer on this host cannot map moves through the ring up to this
+ *                     size, by cross-memory attach above it (PTL_SHM_COPY_MAX, or what the
+ *                     start-up measurement of PTL_SHM_COPY_MAX=auto chose)
  * Returns PTL_OK, PTL_ARG_INVALID for a bad handle or a NULL `usage`, PTL_NO_INIT. PTL_TRACE
  * prints the same figures as each connection comes up. */
 typedef struct {
@@ -149,6 +152,7 @@ typedef struct {
     ptl_size_t peer_maps;
     ptl_size_t kernel_copies;
     ptl_size_t kernel_copy_bytes;
+    ptl_size_t shm_copy_max;
 } ptlx_wire_usage_t;
 /* The struct grows at its end as figures are added: a caller says how much of it it has, and
  * only that much is written (binaries built against an older header keep working). */

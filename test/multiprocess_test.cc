@@ -989,16 +989,22 @@ TEST_F(Job, UnmappableBulkOnOneHostTakesNoKernelCopyUpToShmCopyMax) {
     ASSERT_EQ(PtlGetMap(ni_, ptl_size_t(n), map.data(), &got_map), PTL_OK);
     for (const ptl_process_t &p : map)
         if (p.phys.nid != map[0].phys.nid) GTEST_SKIP() << "ranks on more than one host";
-    const char *limit_env = std::getenv("PTL_SHM_COPY_MAX");
-    const size_t limit = limit_env && *limit_env ? size_t(std::atol(limit_env)) : 262144;
-    const size_t small = 65536, big = 524288;  // above PTL_RNDV_THRESH; below / above the limit
-    if (limit >= big) GTEST_SKIP() << "PTL_SHM_COPY_MAX=" << limit;
-
-    auto kernel_copies = [&] {
+    auto usage = [&] {
         ptlx_wire_usage_t u{};
         EXPECT_EQ(PtlXWireUsage(ni_, &u), PTL_OK);
-        return u.kernel_copies;
+        return u;
     };
+    auto kernel_copies = [&] { return usage().kernel_copies; };
+    // PTL_SHM_COPY_MAX as set, or as the start-up measurement chose (auto): 0 or 256 KiB.
+    const size_t limit = usage().shm_copy_max;
+    const char *limit_env = std::getenv("PTL_SHM_COPY_MAX");
+    if (limit_env && *limit_env && std::strcmp(limit_env, "auto") != 0) {
+        EXPECT_EQ(limit, size_t(std::atol(limit_env))) << "PTL_SHM_COPY_MAX as given";
+    } else {
+        EXPECT_TRUE(limit == 0 || limit == 262144) << limit;
+    }
+    const size_t small = 65536, big = 524288;  // above PTL_RNDV_THRESH; below / above the limit
+    if (limit >= big) GTEST_SKIP() << "PTL_SHM_COPY_MAX=" << limit;
     ptl_match_bits_t bits = 40;
     for (const size_t len : {small, big}) {
         SCOPED_TRACE(len);

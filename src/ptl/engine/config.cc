@@ -46,7 +46,13 @@ Config Config::from_env() {
     if (c.shm_cells < 64 || (c.shm_cells & (c.shm_cells - 1))) c.shm_cells = kDefaultShmCells;
     c.shm_cell_size = uint32_t(env_long("PTL_SHM_CELL_SIZE", c.shm_cell_size));
     if (c.shm_cell_size < 128 || c.shm_cell_size % 64) c.shm_cell_size = 256;
-    c.shm_copy_max = uint64_t(std::max(0L, env_long("PTL_SHM_COPY_MAX", long(c.shm_copy_max))));
+    if (const char *m = std::getenv("PTL_SHM_COPY_MAX"); m && *m && std::strcmp(m, "auto") != 0) {
+        char *end = nullptr;
+        const long v = std::strtol(m, &end, 0);
+        c.shm_copy_max_auto = false;
+        c.shm_copy_max_invalid = !end || *end != '\0' || v < 0;
+        if (!c.shm_copy_max_invalid) c.shm_copy_max = uint64_t(v);
+    }
     c.notify_drops = env_bool("PTL_NOTIFY_DROPS", false);
     c.liveness_ms = env_long("PTL_LIVENESS_MS", c.liveness_ms);
     c.flowctrl_grace_ms = env_long("PTL_FLOWCTRL_GRACE_MS", c.flowctrl_grace_ms);

@@ -32,6 +32,10 @@ struct Config {
     uint32_t shm_cells = kDefaultShmCells;   // PTL_SHM_CELLS
     uint32_t shm_cell_size = 256;            // PTL_SHM_CELL_SIZE
     uint64_t shm_copy_max = 262144;  // PTL_SHM_COPY_MAX: unmappable data up to this size goes through the ring
+    // PTL_SHM_COPY_MAX=auto (the default): shm_copy_max is chosen at start-up by timing
+    // cross-memory attach against memcpy (Engine::choose_shm_copy_max); false once a size is given.
+    bool shm_copy_max_auto = true;
+    bool shm_copy_max_invalid = false;  // neither auto nor a number: PtlNIInit reports it
     bool notify_drops = false;               // PTL_NOTIFY_DROPS: ACK/REPLY with PTL_NI_DROPPED (X3)
     bool direct = true;                      // PTL_DIRECT: one-sided access without the target's CPU
     long direct_revoke_ms = 2000;  // PTL_DIRECT_REVOKE_MS: bound on a revocation's wait for RDMA holders

@@ -183,6 +183,7 @@ private:
         return n ? n->md(h) : nullptr;
     }
 
+    void choose_shm_copy_max();  // PTL_SHM_COPY_MAX=auto (wires.cc)
     int open_physical(ptl_pid_t pid);
     void close_physical();
     // now_ns: the caller's fresh clock reading, or 0 to use the coarse clock (coarse_now).

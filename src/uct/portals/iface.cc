@@ -50,12 +50,13 @@ void print_tag_stats(const Iface &f) {
         line, sizeof line,
         "portals stats: pid %d iface %s: tag receives posted %lu cancelled %lu; messages matched in "
         "the engine %lu (rendezvous %lu), unexpected %lu (rendezvous %lu), fetched %lu; pages adopted %lu "
-        "(%lu bytes copied), reused %lu; peer files mapped %lu; kernel copies %lu (%lu bytes)",
+        "(%lu bytes copied), reused %lu; peer files mapped %lu; kernel copies %lu (%lu bytes; the ring "
+        "carries unmappable data up to %lu)",
         int(getpid()), f.dev_name.c_str(), (unsigned long)s.posted, (unsigned long)s.cancelled,
         (unsigned long)s.expected, (unsigned long)s.expected_rndv, (unsigned long)s.unexpected,
         (unsigned long)s.unexpected_rndv, (unsigned long)s.fetched, (unsigned long)u.pages_adopted,
         (unsigned long)u.adopted_bytes, (unsigned long)u.adoptions_reused, (unsigned long)u.peer_maps,
-        (unsigned long)u.kernel_copies, (unsigned long)u.kernel_copy_bytes);
+        (unsigned long)u.kernel_copies, (unsigned long)u.kernel_copy_bytes, (unsigned long)u.shm_copy_max);
     if (f.print_stats)
         fprintf(stderr, "%s\n", line);
     else
