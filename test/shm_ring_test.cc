@@ -2,7 +2,9 @@
 // own Ring, as separate processes do. Producers retry a full ring; every wait has a deadline.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -344,4 +346,58 @@ TEST(ShmRing, AConsumerArmingWhileARunIsWrittenSeesItReservedAndOneArmedBeforeIs
     EXPECT_EQ(c->sleeping.load(), ptl::shm::kAwake);
     EXPECT_FALSE(consumer.nothing_reserved());
     EXPECT_EQ(drain(consumer, 1), 1);
+}
+
+// A producer killed between its reservation and its publication (a real process here, ended
+// inside the write) left its run unwritten at the head of the ring: every later message, of
+// every producer, waited behind it for good. The consumer's occasional check skips such a run
+// once it has seen it unwritten twice and its sender (the head's) is gone; while the sender
+// lives, or on the first sighting, it waits. Messages reserved after it arrive.
+TEST(ShmRing, ARunWhoseProducerDiedBeforePublishingItIsSkippedOnceItsSenderIsGone) {
+    constexpr uint32_t kCells = 64, kCellBytes = 256, kDeadSender = 77, kLiveSender = 78;
+    const size_t size = Ring::segment_size(kCells, kCellBytes);
+    void *base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(base, MAP_FAILED);
+    Ring::format(base, kCells, kCellBytes, getpid());
+    Ring consumer, live;
+    ASSERT_TRUE(consumer.attach(base, size));
+    ASSERT_TRUE(live.attach(base, size));
+    const std::vector<unsigned char> payload(600, 'x');  // a run of several cells
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        Ring dying;
+        if (!dying.attach(base, size)) _exit(2);
+        dying.try_push_filled(1, kDeadSender, sizeof(MsgHeader), payload.data(), payload.size(),
+                              [](void *) { _exit(0); });
+        _exit(3);  // not reached: the run was reserved, then the process ended
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    ASSERT_TRUE(push(live, kLiveSender, 1, std::vector<unsigned char>(32, 'y')));
+    EXPECT_EQ(consumer.peek(), nullptr);  // held back behind the unwritten run
+
+    bool sender_gone = false;
+    std::vector<uint32_t> asked;
+    const auto gone = [&](uint32_t, uint32_t pid) {
+        asked.push_back(pid);
+        return sender_gone;
+    };
+    EXPECT_EQ(consumer.reclaim_abandoned(gone), 0u);  // first sighting: it may be being written
+    EXPECT_TRUE(asked.empty());
+    EXPECT_EQ(consumer.reclaim_abandoned(gone), 0u);  // its sender still holds its pid
+    EXPECT_EQ(asked, std::vector<uint32_t>{kDeadSender});
+    EXPECT_EQ(consumer.peek(), nullptr);
+    sender_gone = true;
+    const uint64_t skipped = consumer.reclaim_abandoned(gone);
+    EXPECT_EQ(skipped, (sizeof(CellHead) + sizeof(MsgHeader) + payload.size() + kCellBytes - 1) / kCellBytes);
+    const CellHead *h = consumer.peek();
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(header_of(h).producer, kLiveSender);
+    consumer.release(h);
+    EXPECT_EQ(consumer.peek(), nullptr);
+    EXPECT_EQ(consumer.reclaim_abandoned(gone), 0u);  // nothing reserved any more
+    EXPECT_TRUE(consumer.nothing_reserved());
+    munmap(base, size);
 }

@@ -62,11 +62,11 @@ Config Config::from_env() {
     if (const char *i = std::getenv("PTL_IFACE")) c.iface = i;
     if (const char *w = std::getenv("PTL_WIRE"); w && *w) {
         c.wire_name = w;
-        c.wire = c.wire_name == "auto"  ? WireChoice::Auto
-                 : c.wire_name == "shm" ? WireChoice::Shm
-                 : c.wire_name == "tcp" ? WireChoice::Tcp
+        c.wire = c.wire_name == "auto"    ? WireChoice::Auto
+                 : c.wire_name == "shm"   ? WireChoice::Shm
+                 : c.wire_name == "tcp"   ? WireChoice::Tcp
                  : c.wire_name == "verbs" ? WireChoice::Verbs
-                                        : WireChoice::Invalid;
+                                          : WireChoice::Invalid;
     }
     c.tcp_port_base = uint32_t(env_long("PTL_TCP_PORT_BASE", c.tcp_port_base));
     c.tcp_timeout_ms = env_long("PTL_TCP_TIMEOUT_MS", c.tcp_timeout_ms);
@@ -87,7 +87,8 @@ Config Config::from_env() {
     c.verbs_ack_timeout = int(std::clamp(env_long("PTL_VERBS_ACK_TIMEOUT", c.verbs_ack_timeout), 1L, 31L));
     c.verbs_buf_size = uint32_t(std::clamp(env_long("PTL_VERBS_BUF_SIZE", c.verbs_buf_size), 256L, 1L << 20));
     c.verbs_reg_cache = env_bool("PTL_VERBS_REG_CACHE", c.verbs_reg_cache);
-    c.verbs_reg_cache_max = uint64_t(std::max(0L, env_long("PTL_VERBS_REG_CACHE_MAX", long(c.verbs_reg_cache_max))));
+    c.verbs_reg_cache_max =
+        uint64_t(std::max(0L, env_long("PTL_VERBS_REG_CACHE_MAX", long(c.verbs_reg_cache_max))));
     c.verbs_stats = env_bool("PTL_VERBS_STATS", c.verbs_stats);
     c.debug = env_bool("PTL_DEBUG", c.debug);
     if (const char *t = std::getenv("PTL_TRACE")) c.trace_dir = t;

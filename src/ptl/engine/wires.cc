@@ -56,12 +56,14 @@ void Engine::choose_shm_copy_max() {
     const double ratio = cma_cost_ratio(kProbeBytes, &cma_ns, &copy_ns);
     cfg_.shm_copy_max = ratio < kCmaWinsBelow ? 0 : kRingMax;
     if (cfg_.debug)
-        std::fprintf(stderr,
-                     "portals debug: pid %d: 64 KiB by cross-memory attach %.2f us, by memcpy %.2f us (%.1fx): "
-                     "memory peers cannot map moves %s (PTL_SHM_COPY_MAX=%llu)\n",
-                     int(getpid()), cma_ns / 1000, copy_ns / 1000, ratio,
-                     cfg_.shm_copy_max ? "through the ring up to 256 KiB" : "by cross-memory attach above PTL_RNDV_THRESH",
-                     (unsigned long long)cfg_.shm_copy_max);
+        std::fprintf(
+            stderr,
+            "portals debug: pid %d: 64 KiB by cross-memory attach %.2f us, by memcpy %.2f us (%.1fx): "
+            "memory peers cannot map moves %s (PTL_SHM_COPY_MAX=%llu)\n",
+            int(getpid()), cma_ns / 1000, copy_ns / 1000, ratio,
+            cfg_.shm_copy_max ? "through the ring up to 256 KiB"
+                              : "by cross-memory attach above PTL_RNDV_THRESH",
+            (unsigned long long)cfg_.shm_copy_max);
 }
 
 int Engine::open_physical(ptl_pid_t pid) {

@@ -118,6 +118,13 @@ int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) 
     return -1;
 }
 
+bool pid_owned(uint32_t nid, uint32_t pid) {
+    int fd;
+    if (try_lock(nid, pid, &fd, nullptr) != 1) return true;
+    close(fd);
+    return false;
+}
+
 int remove_stale_rings() {
     const std::string prefix = "ptl4-" + std::to_string(getuid()) + "-";
     DIR *d = opendir("/dev/shm");

@@ -24,6 +24,10 @@ std::string lock_path(uint32_t nid, uint32_t pid);
 int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err);
 void release_pid(uint32_t nid, uint32_t pid, int lock_fd);
 
+// Whether a live process holds (nid, pid) (its lock; an error answers yes: the caller then
+// leaves that process's traces alone).
+bool pid_owned(uint32_t nid, uint32_t pid);
+
 // Unlinks the receive rings of this user's processes that died without finalizing (killed,
 // crashed): a ring whose pid lock nobody holds. Returns how many.
 int remove_stale_rings();

@@ -58,7 +58,7 @@ double cma_cost_ratio(size_t bytes, double *cma_ns, double *copy_ns) {
     if (m == MAP_FAILED) return kNever;
     char *from = static_cast<char *>(m), *to = from + bytes;
     std::memset(m, 1, 2 * bytes);
-    const struct iovec local{to, bytes}, remote{from, bytes};
+    const struct iovec local { to, bytes }, remote{from, bytes};
     double ratio = kNever;
     // Interleaved, so a preemption or a neighbour's burst hurts one try of each, not a kind.
     for (int i = 0; i < kTries; ++i) {

@@ -110,7 +110,7 @@ public:
         char *p = reinterpret_cast<char *>(h + 1);
         fill(static_cast<void *>(p));
         if (payload_len >= kStreamFrom) [[unlikely]] {
-            const struct iovec piece{const_cast<void *>(payload), payload_len};
+            const struct iovec piece { const_cast<void *>(payload), payload_len };
             stream(h, pos, p + header_len, &piece, 1);
             return true;
         }
@@ -139,6 +139,35 @@ public:
     static uint32_t arrived(const CellHead *h) { return h->arrived.load(std::memory_order_acquire); }
     // Runs skipped as malformed since the last call.
     uint64_t take_malformed() { return std::exchange(malformed_, 0); }
+
+    // Consumer, now and then (the engine's liveness checks, not every poll: it reads the
+    // enqueue position, which every producer writes): a run reserved at the head of the queue
+    // and left unwritten since the last call, whose producer (the sender its head names) is
+    // `gone`, is skipped: a producer killed between its reservation and its publication held
+    // every later message back for good. Only a run whose extent its head and the ring agree
+    // on (the next published run starts where it ends, or nothing was reserved after it) is
+    // skipped; one a producer died before describing stays. Returns the cells skipped.
+    template <class Gone>
+    uint64_t reclaim_abandoned(Gone &&gone) {
+        const uint64_t tail = tail_.load(std::memory_order_relaxed);
+        const uint64_t end = ctl_->enqueue_pos.load(std::memory_order_acquire);
+        const CellHead *h = head(tail);
+        if (end == tail || h->seq.load(std::memory_order_acquire) == tail + 1) {
+            stuck_at_ = kNotStuck;
+            return 0;
+        }
+        if (stuck_at_ != tail) {  // first seen: its producer may be writing it right now
+            stuck_at_ = tail;
+            return 0;
+        }
+        const uint64_t cells = h->ncells, next = tail + cells;
+        if (cells == 0 || cells > ncells_ / 4 || (tail & mask_) + cells > ncells_ || next > end) return 0;
+        if (next != end && head(next)->seq.load(std::memory_order_acquire) != next + 1) return 0;
+        if (!gone(h->src_nid, h->src_pid)) return 0;
+        free_run(cells);
+        stuck_at_ = kNotStuck;
+        return cells;
+    }
 
     // Consumer, after raising `sleeping` and a sequentially consistent fence: whether no
     // producer holds a run it has not taken (published or still being written). A producer
@@ -170,7 +199,8 @@ public:
         const uint64_t pos = ctl_->enqueue_pos.load(std::memory_order_relaxed);
         const uint64_t room = ncells_ - (pos & mask_);
         const uint64_t want = room < cells ? room + cells : cells;
-        if (pos + want > free_until_) free_until_ = ctl_->dequeue_pos.load(std::memory_order_acquire) + ncells_;
+        if (pos + want > free_until_)
+            free_until_ = ctl_->dequeue_pos.load(std::memory_order_acquire) + ncells_;
         return pos + want <= free_until_;
     }
 
@@ -255,6 +285,8 @@ private:
     bool wake_on_publish_ = false;   // producer: the consumer slept when the run was reserved
     std::atomic<uint64_t> tail_{0};  // written by the consumer only; read by may_hold_message
     uint64_t malformed_ = 0;         // consumer
+    static constexpr uint64_t kNotStuck = ~uint64_t(0);
+    uint64_t stuck_at_ = kNotStuck;  // consumer: where reclaim_abandoned last found an unwritten run
 };
 
 }  // namespace ptl::shm

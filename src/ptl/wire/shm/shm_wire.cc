@@ -213,6 +213,13 @@ bool ShmWire::peer_dead(PeerId id) {
     return p.dead;
 }
 
+uint64_t ShmWire::reclaim_abandoned_run() {
+    const uint64_t cells =
+        rx_.reclaim_abandoned([](uint32_t nid, uint32_t pid) { return !identity::pid_owned(nid, pid); });
+    if (cells) ++malformed_abandoned_;
+    return cells;
+}
+
 bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                   bool write) {
     Peer *p = peer(id);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../arriving.h"
@@ -112,6 +113,9 @@ public:
     bool bulk_write(PeerId to, const struct iovec *local, int nl, const struct iovec *remote, int nr,
                     const uint64_t *keys) override;
     bool peer_dead(PeerId) override;
+    // Ring::reclaim_abandoned for our receive ring, a sender gone when no live process holds
+    // its pid: the cells skipped (counted as malformed).
+    uint64_t reclaim_abandoned_run();
     bool sender_gone(PeerId from) override { return !peer(from) || peer_dead(from); }
 
     // Sleeps until a message arrives, wake() is called, our own messages wait in a backlog, or
@@ -134,7 +138,7 @@ public:
     // Read without the engine lock by a thread about to sleep; changed under it.
     bool has_backlog() const { return backlog_peers_.load(std::memory_order_relaxed) > 0; }
     // Messages dropped as malformed since the last call (the ring's own checks).
-    uint64_t take_malformed() { return rx_.take_malformed(); }
+    uint64_t take_malformed() { return rx_.take_malformed() + std::exchange(malformed_abandoned_, 0); }
     // Lock-free hint for idle polls: a message may be waiting in our ring.
     bool may_have_incoming() const { return rx_.may_hold_message(); }
     // Processes on this host we have sent to.
@@ -220,6 +224,7 @@ private:
     size_t len_ = 0;
     Ring rx_;
     const CellHead *stalled_ = nullptr;  // a streamed run handled while its sender stopped writing
+    uint64_t malformed_abandoned_ = 0;   // runs reclaim_abandoned_run skipped
     std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     std::atomic<int> backlog_peers_{0};
