@@ -54,7 +54,14 @@ void Engine::choose_shm_copy_max() {
     constexpr uint64_t kRingMax = 262144;
     double cma_ns = 0, copy_ns = 0;
     const double ratio = cma_cost_ratio(kProbeBytes, &cma_ns, &copy_ns);
-    cfg_.shm_copy_max = ratio < kCmaWinsBelow ? 0 : kRingMax;
+    // Yama's ptrace_scope 2 and 3 refuse cross-memory attach to other processes (our own
+    // memory, which the probe reads, stays open): the ring then carries what it can.
+    int ptrace_scope = 0;
+    if (FILE *f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
+        if (std::fscanf(f, "%d", &ptrace_scope) != 1) ptrace_scope = 0;
+        std::fclose(f);
+    }
+    cfg_.shm_copy_max = ratio < kCmaWinsBelow && ptrace_scope < 2 ? 0 : kRingMax;
     if (cfg_.debug)
         std::fprintf(
             stderr,

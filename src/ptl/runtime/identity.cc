@@ -120,6 +120,7 @@ int64_t acquire_pid(uint32_t nid, uint32_t pid, int *lock_fd, std::string *err) 
 
 bool pid_owned(uint32_t nid, uint32_t pid) {
     int fd;
+    if (pid >= PTL_PID_MAX) return true;  // no pid of ours: not a lock to make
     if (try_lock(nid, pid, &fd, nullptr) != 1) return true;
     close(fd);
     return false;
