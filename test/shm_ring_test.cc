@@ -392,6 +392,7 @@ TEST(ShmRing, ARunWhoseProducerDiedBeforePublishingItIsSkippedOnceItsSenderIsGon
     sender_gone = true;
     const uint64_t skipped = consumer.reclaim_abandoned(gone);
     EXPECT_EQ(skipped, (sizeof(CellHead) + sizeof(MsgHeader) + payload.size() + kCellBytes - 1) / kCellBytes);
+    EXPECT_EQ(consumer.take_malformed(), 1u);  // the skipped run is counted
     const CellHead *h = consumer.peek();
     ASSERT_NE(h, nullptr);
     EXPECT_EQ(header_of(h).producer, kLiveSender);

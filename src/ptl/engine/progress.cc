@@ -172,10 +172,9 @@ int Engine::progress_locked(uint64_t now_ns) {
     if (t - last_liveness_check_ns_ > uint64_t(cfg_.liveness_ms) * 1000000ull) {
         last_liveness_check_ns_ = t;
         check_dead_peers();
-        if (shm_->reclaim_abandoned_run()) {
+        // Counted with the next poll's malformed runs.
+        if (shm_->reclaim_abandoned_run())
             PTL_TRACE(trace_.get(), "shm: a run its dead sender reserved and never wrote was skipped");
-            if (const uint64_t bad = shm_->take_malformed()) count_malformed(bad);
-        }
         backoff_.set_local_processes(uint32_t(shm_->peer_count() + 1));
     }
     note_quiet();

@@ -59,7 +59,6 @@ double cma_cost_ratio(size_t bytes, double *cma_ns, double *copy_ns) {
     char *from = static_cast<char *>(m), *to = from + bytes;
     std::memset(m, 1, 2 * bytes);
     const struct iovec local { to, bytes }, remote{from, bytes};
-    double ratio = kNever;
     // Interleaved, so a preemption or a neighbour's burst hurts one try of each, not a kind.
     for (int i = 0; i < kTries; ++i) {
         const uint64_t t0 = monotonic_ns();
@@ -70,10 +69,9 @@ double cma_cost_ratio(size_t bytes, double *cma_ns, double *copy_ns) {
         const uint64_t t2 = monotonic_ns();
         *cma_ns = std::min(*cma_ns, double(t1 - t0));
         *copy_ns = std::min(*copy_ns, double(std::max<uint64_t>(t2 - t1, 1)));
-        ratio = *cma_ns / *copy_ns;
     }
     munmap(m, 2 * bytes);
-    return ratio;
+    return *cma_ns < kNever ? *cma_ns / *copy_ns : kNever;
 }
 
 }  // namespace ptl

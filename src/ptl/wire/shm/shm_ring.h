@@ -146,7 +146,8 @@ public:
     // `gone`, is skipped: a producer killed between its reservation and its publication held
     // every later message back for good. Only a run whose extent its head and the ring agree
     // on (the next published run starts where it ends, or nothing was reserved after it) is
-    // skipped; one a producer died before describing stays. Returns the cells skipped.
+    // skipped (counted as malformed); one a producer died before describing stays. Returns
+    // the cells skipped.
     template <class Gone>
     uint64_t reclaim_abandoned(Gone &&gone) {
         const uint64_t tail = tail_.load(std::memory_order_relaxed);
@@ -165,6 +166,7 @@ public:
         if (next != end && head(next)->seq.load(std::memory_order_acquire) != next + 1) return 0;
         if (!gone(h->src_nid, h->src_pid)) return 0;
         free_run(cells);
+        ++malformed_;
         stuck_at_ = kNotStuck;
         return cells;
     }

@@ -214,10 +214,7 @@ bool ShmWire::peer_dead(PeerId id) {
 }
 
 uint64_t ShmWire::reclaim_abandoned_run() {
-    const uint64_t cells =
-        rx_.reclaim_abandoned([](uint32_t nid, uint32_t pid) { return !identity::pid_owned(nid, pid); });
-    if (cells) ++malformed_abandoned_;
-    return cells;
+    return rx_.reclaim_abandoned([](uint32_t nid, uint32_t pid) { return !identity::pid_owned(nid, pid); });
 }
 
 bool ShmWire::cma(PeerId id, const struct iovec *local, int nl, const struct iovec *remote, int nr,

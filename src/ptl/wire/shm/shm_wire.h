@@ -11,7 +11,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "../arriving.h"
@@ -114,7 +113,7 @@ public:
                     const uint64_t *keys) override;
     bool peer_dead(PeerId) override;
     // Ring::reclaim_abandoned for our receive ring, a sender gone when no live process holds
-    // its pid: the cells skipped (counted as malformed).
+    // its pid: the cells skipped (counted as malformed, taken by take_malformed).
     uint64_t reclaim_abandoned_run();
     bool sender_gone(PeerId from) override { return !peer(from) || peer_dead(from); }
 
@@ -138,7 +137,7 @@ public:
     // Read without the engine lock by a thread about to sleep; changed under it.
     bool has_backlog() const { return backlog_peers_.load(std::memory_order_relaxed) > 0; }
     // Messages dropped as malformed since the last call (the ring's own checks).
-    uint64_t take_malformed() { return rx_.take_malformed() + std::exchange(malformed_abandoned_, 0); }
+    uint64_t take_malformed() { return rx_.take_malformed(); }
     // Lock-free hint for idle polls: a message may be waiting in our ring.
     bool may_have_incoming() const { return rx_.may_hold_message(); }
     // Processes on this host we have sent to.
@@ -224,7 +223,6 @@ private:
     size_t len_ = 0;
     Ring rx_;
     const CellHead *stalled_ = nullptr;  // a streamed run handled while its sender stopped writing
-    uint64_t malformed_abandoned_ = 0;   // runs reclaim_abandoned_run skipped
     std::unordered_map<PeerId, std::unique_ptr<Peer>, PeerIdHash> peers_;
     Peer *last_peer_ = nullptr;  // peer()'s last answer: most sends go where the last one went
     std::atomic<int> backlog_peers_{0};
