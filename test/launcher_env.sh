@@ -88,12 +88,12 @@ check_no_adoption_per_message() {  # label run-command... (the command gets the 
 }
 
 # The same ping-pong from 4 to 16 KiB (the eager sizes), 20 and 2,000 round trips per size,
-# each rank under `strace -f -c` (test/strace_rank.sh, given before the program): the ranks'
-# system calls may not grow with the round trips. The 11,880 extra messages may add at most
-# 1,200 (one per 10 messages: two runs of one job differ by up to ~500, its start-up mostly;
-# what is paced by time, UCX's and MPI's own threads and the engine's liveness checks, adds
-# tens), where a system call every few messages (an idle tcp wire's epoll_wait every 20 us:
-# +27,000 here) adds thousands. UCX's shared memory makes none either. Skipped without strace.
+# each rank's main thread under `strace -c` (test/strace_rank.sh, given before the program):
+# its system calls may not grow with the round trips. The 11,880 extra messages may add at
+# most 1,200 (one per 10 messages; seen within +-50, also with two CPU hogs beside it), where
+# a system call every few messages (an idle tcp wire's epoll_wait every 20 us: +6,200 under
+# Open MPI, +7,900 under MPICH here) adds thousands. UCX's shared memory makes none either.
+# Skipped without strace.
 syscall_total() {  # directory of strace -c outputs
   cat "$1"/rank.* | awk '$2 == "total" {n += $1} END {print n + 0}'
 }
