@@ -208,6 +208,60 @@ TEST_F(Direct, G10_PutsGetsAndAtomicsLandWhileTheTargetNeverCallsIn) {
     EXPECT_EQ(PtlMDRelease(md), PTL_OK);
 }
 
+// G10 for memory that is not whole private pages (malloc'd buffers, what MPI libraries register
+// for a rendezvous): the target's pages stay where they are, and large puts and gets (above
+// PTL_RNDV_THRESH and PTL_SHM_COPY_MAX, where a message takes one kernel copy too) reach them by
+// cross-memory attach while the target never calls in (direct_exports.h, kByCma).
+TEST_F(Direct, G10_LargePutsAndGetsToMemoryNotOnWholePagesLandWhileTheTargetNeverCallsIn) {
+    if (target_elsewhere()) GTEST_SKIP() << "cross-memory attach reaches peers on this host only";
+    constexpr size_t kBig = 512 * 1024 + 3, kAt = 5;
+    if (me_) {
+        // 64 bytes into a page and not ending on one: nothing here can be adopted.
+        std::vector<char> storage(2 * kBig + 4096 + 100);
+        char *mem = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(storage.data()) + 4095) &
+                                             ~uintptr_t(4095)) +
+                    64;
+        const size_t len = 2 * kBig + 17;
+        for (size_t i = 0; i < kBig; ++i) mem[kAt + kBig + i] = char(i * 7);
+        mem[kAt + kBig - 1] = 0;
+        ptl_handle_le_t h = PTL_INVALID_HANDLE;
+        const ptl_le_t le = le_desc(
+            mem, len, PTL_LE_OP_PUT | PTL_LE_OP_GET | PTL_LE_EVENT_LINK_DISABLE | PTL_LE_EVENT_COMM_DISABLE);
+        ASSERT_EQ(PtlLEAppend(ni_, pt_, &le, PTL_PRIORITY_LIST, nullptr, &h), PTL_OK);
+        ASSERT_EQ(ptlrt_barrier(), 0);  // from here on no Portals call until the put's last byte lands
+        volatile char *last = mem + kAt + kBig - 1;
+        EXPECT_TRUE(spin_until([&] { return *last == char(0x5a); })) << "the large put never landed";
+        for (size_t i = 0; i + 1 < kBig; ++i)
+            if (mem[kAt + i] != char(i * 13)) {
+                ADD_FAILURE() << "large put: byte " << i;
+                break;
+            }
+        ASSERT_EQ(ptlrt_barrier(), 0);  // the initiator's get is done
+        ASSERT_EQ(ptlrt_barrier(), 0);
+        EXPECT_EQ(PtlLEUnlink(h), PTL_OK);
+        return;
+    }
+    ptl_handle_md_t md = bind_all();
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    std::vector<char> big(kBig);
+    for (size_t i = 0; i < kBig; ++i) big[i] = char(i * 13);
+    big[kBig - 1] = char(0x5a);
+    ASSERT_EQ(PtlPut(md, ptl_size_t(big.data()), kBig, PTL_ACK_REQ, to(kTarget), pt_, 0, kAt, nullptr, 0),
+              PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);  // the ACK, without the target
+    std::vector<char> back(kBig);
+    ASSERT_EQ(PtlGet(md, ptl_size_t(back.data()), kBig, to(kTarget), pt_, 0, kAt + kBig, nullptr), PTL_OK);
+    EXPECT_EQ(response(), PTL_NI_OK);
+    for (size_t i = 0; i < kBig; ++i)
+        if (back[i] != char(i * 7)) {
+            ADD_FAILURE() << "large get: byte " << i;
+            break;
+        }
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    ASSERT_EQ(ptlrt_barrier(), 0);
+    EXPECT_EQ(PtlMDRelease(md), PTL_OK);
+}
+
 // G10 where the target is on another host (run_verbs_guest.sh: RDMA between them): puts and
 // gets, small and large, land while the target never calls in once it has met the initiator
 // (atomics: F41 below).

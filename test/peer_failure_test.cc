@@ -107,8 +107,12 @@ TEST(PeerFailure, KilledPeerFailsLargePutGetAndRendezvous_F1) {
     ASSERT_EQ(
         PtlNIInit(PTL_IFACE_DEFAULT, PTL_NI_MATCHING | PTL_NI_PHYSICAL, PTL_PID_ANY, nullptr, nullptr, &ni),
         PTL_OK);
+    // The portal's events need the victim's CPU: no operation to it can take the direct path,
+    // which would complete it in the survivor's call, before the kill.
+    ptl_handle_eq_t pt_eq;
+    ASSERT_EQ(PtlEQAlloc(ni, 64, &pt_eq), PTL_OK);
     ptl_pt_index_t pt;
-    ASSERT_EQ(PtlPTAlloc(ni, 0, PTL_EQ_NONE, kPt, &pt), PTL_OK);
+    ASSERT_EQ(PtlPTAlloc(ni, 0, pt_eq, kPt, &pt), PTL_OK);
     ptl_process_t ids[2];
     ASSERT_EQ(ptlrt_exchange_ids(ni, ids), PTL_OK);
     if (ptlrt_rank() == 0)

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 
@@ -88,10 +89,15 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     if (i == direct::kSlots) return;
     const bool counted = e->ct && (e->opts() & PTL_ME_EVENT_CT_COMM);
     shm::SharedRange r;
-    if (!shm_->adopt_pages(e->region.start, e->region.length, &r)) {
-        PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported: its memory is not whole private pages",
-                  n->index, e->pt, e->is_me ? "me" : "le", e->handle);
-        return;
+    const bool adopted = shm_->adopt_pages(e->region.start, e->region.length, &r);
+    if (!adopted) {
+        // Peers reach it by cross-memory attach, where a message would take one (direct_exports.h).
+        if (!cma_exports_) {
+            PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported: its memory is not whole private pages",
+                      n->index, e->pt, e->is_me ? "me" : "le", e->handle);
+            return;
+        }
+        r = shm::SharedRange{direct::kByCma, 0, 0, 0};
     }
     direct::Slot &s = exports_->slots[i];
     s.match_bits = e->is_me ? e->desc.match_bits : 0;
@@ -114,8 +120,9 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     export_owner_[i] = e;
     e->export_slot = int32_t(i);
     ++pt.exports;
-    PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x exported: slot %u, %llu bytes", n->index, e->pt,
-              e->is_me ? "me" : "le", e->handle, i, (unsigned long long)s.length);
+    PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x exported%s: slot %u, %llu bytes", n->index, e->pt,
+              e->is_me ? "me" : "le", e->handle, adopted ? "" : " for cross-memory attach", i,
+              (unsigned long long)s.length);
 }
 
 // Makes slot i dead and returns once no peer is inside it.
@@ -169,7 +176,7 @@ void Engine::revoke_export(Pt &pt, Entry *e) {
     const uint32_t i = uint32_t(e->export_slot);
     direct::Slot &s = exports_->slots[i];
     close_slot(i);
-    shm_->release_pages(s.fd);
+    if (s.fd != direct::kByCma) shm_->release_pages(s.fd);
     export_owner_[i] = nullptr;
     e->export_slot = -1;
     --pt.exports;
@@ -284,6 +291,21 @@ void Engine::direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &
     if (!fetched_copy.empty()) c.get_md->region.write(c.get_off, fetched, len, false);
 }
 
+// A put (`write`) or get of `len` bytes at `remote` in the owner of `table`, by cross-memory
+// attach between it and our MD's pieces. A partial put is rewritten whole by the message path.
+bool Engine::cma_direct(bool write, const CheckedOp &c, uint64_t remote, uint64_t len,
+                        direct::PeerTable &table) {
+    const Md *md = write ? c.put_md : c.get_md;
+    IovList local;
+    md->region.pieces(write ? c.put_off : c.get_off, len, local);
+    struct iovec r {
+        reinterpret_cast<void *>(remote), len
+    };
+    if (shm_->cma(c.peer, local.data(), int(local.size()), &r, 1, write)) return true;
+    if (errno == EPERM) table.refuse_cma();
+    return false;
+}
+
 int Engine::try_direct(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, bool in_call) {
     switch (kind) {
         case TrigKind::Put: return try_direct_of<TrigKind::Put>(a, c, in_call);
@@ -325,18 +347,26 @@ int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call)
         len > t.length - off)
         return kNotDirect;
     direct::Slot &s = area->slots[t.slot];
-    if (!t.mapped) [[unlikely]] {
-        if (s.file_offset > s.file_len || t.length > s.file_len - s.file_offset) return kNotDirect;
-        char *file = shm_->map_peer_pages(c.peer, s.fd, s.file_ino, s.file_len);
-        if (!file || s.gen.load(std::memory_order_acquire) != t.gen) return kNotDirect;
-        t.mapped = file + s.file_offset;
+    constexpr bool atomic = kind != TrigKind::Put && kind != TrigKind::Get;
+    char *at = nullptr;
+    if (t.by_cma) {
+        // One kernel copy where the message path takes one too (a rendezvous, or a reply
+        // written into our memory); below that the ring's copies cost less than the system call.
+        if (atomic || len <= cfg_.rndv_threshold || len <= cfg_.shm_copy_max || table->cma_refused())
+            return kNotDirect;
+    } else {
+        if (!t.mapped) [[unlikely]] {
+            if (s.file_offset > s.file_len || t.length > s.file_len - s.file_offset) return kNotDirect;
+            char *file = shm_->map_peer_pages(c.peer, s.fd, s.file_ino, s.file_len);
+            if (!file || s.gen.load(std::memory_order_acquire) != t.gen) return kNotDirect;
+            t.mapped = file + s.file_offset;
+        }
+        at = t.mapped + off;
+        // 8-byte atomics where peers on other hosts apply them with the device: the owner does.
+        if (atomic && (!atomics::in_place_capable(a.datatype, at, len) ||
+                       (t.device_atomics && atomics::datatype_size(a.datatype) == 8)))
+            return kNotDirect;
     }
-    char *at = t.mapped + off;
-    const bool atomic = kind != TrigKind::Put && kind != TrigKind::Get;
-    // 8-byte atomics where peers on other hosts apply them with the device: the owner does.
-    if (atomic && (!atomics::in_place_capable(a.datatype, at, len) ||
-                   (t.device_atomics && atomics::datatype_size(a.datatype) == 8)))
-        return kNotDirect;
     const int i = t.slot;
     const uint64_t gen = t.gen;
 
@@ -351,10 +381,17 @@ int Engine::try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call)
         mark.inside.store(0, std::memory_order_release);
         return kNotDirect;
     }
-    switch (kind) {
-        case TrigKind::Put: c.put_md->region.read(c.put_off, at, len, false); break;
-        case TrigKind::Get: c.get_md->region.write(c.get_off, at, len, false); break;
-        default: direct_atomic(kind, a, c, at); break;
+    if (t.by_cma) {
+        if (!cma_direct(kind == TrigKind::Put, c, t.start + off, len, *table)) {
+            mark.inside.store(0, std::memory_order_release);
+            return kNotDirect;  // the message path reports what went wrong, if anything did
+        }
+    } else {
+        switch (kind) {
+            case TrigKind::Put: c.put_md->region.read(c.put_off, at, len, false); break;
+            case TrigKind::Get: c.get_md->region.write(c.get_off, at, len, false); break;
+            default: direct_atomic(kind, a, c, at); break;
+        }
     }
     if (t.counter >= 0) {
         // Inside the mark: a revoked counter may be given to another CT once we are out.

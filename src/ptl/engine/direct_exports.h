@@ -32,6 +32,11 @@ namespace ptl::direct {
 constexpr uint32_t kSlots = 512;
 constexpr uint32_t kMarks = PTL_PID_MAX;  // one per process of the host, by its Portals pid
 constexpr uint32_t kCounters = 256;
+// A slot's fd when the entry's memory is not on a memory file (not whole private pages:
+// malloc'd buffers, the brk heap, file mappings): peers move its data by cross-memory attach
+// at the entry's address instead of through a mapping, and only where the message path would
+// also take one kernel copy (a rendezvous); atomics and smaller transfers keep the message path.
+constexpr int32_t kByCma = -1;
 
 struct alignas(64) Header {
     std::atomic<uint64_t> version;  // moves at every export and revocation: peers' caches
@@ -58,7 +63,7 @@ struct alignas(128) Slot {
     uint64_t file_offset;  // of `start` in the memory file
     uint64_t file_len;
     uint64_t file_ino;  // the memory file's inode: its fd number may be reused
-    int32_t fd;         // the memory file, in the owner (shared_pages.h)
+    int32_t fd;         // the memory file, in the owner (shared_pages.h); -1: none (kByCma)
     uint32_t options;
     uint32_t uid;
     uint16_t pt_index;
@@ -91,6 +96,8 @@ struct Target {
     int slot = -1;  // -1: no entry takes the key
     uint64_t gen = 0;
     char *mapped = nullptr;  // the entry's start in our mapping of its file (filled on first use)
+    uint64_t start = 0;      // the entry's start in the owner's address space
+    bool by_cma = false;     // no file: cross-memory attach at `start` (kByCma)
     uint64_t length = 0;
     uint32_t options = 0;
     uint32_t uid = 0;
@@ -131,6 +138,11 @@ public:
         return true;
     }
 
+    // The owner's memory refused our cross-memory attach (Yama, another uid): its kByCma
+    // slots take the message path from then on.
+    bool cma_refused() const { return cma_refused_; }
+    void refuse_cma() { cma_refused_ = true; }
+
     // Changes whenever an entry is exported or revoked.
     uint64_t version() const { return area_->header.version.load(std::memory_order_acquire); }
     Target &find(uint8_t ni, uint16_t pt, uint64_t bits, bool is_me) {
@@ -151,7 +163,8 @@ public:
             if (const int fd = f.fd.load(std::memory_order_acquire); fd >= 0)
                 live.emplace_back(fd, f.ino.load(std::memory_order_relaxed));
         for (const Slot &s : area_->slots)
-            if (s.gen.load(std::memory_order_acquire) & 1) live.emplace_back(s.fd, s.file_ino);
+            if ((s.gen.load(std::memory_order_acquire) & 1) && s.fd != kByCma)
+                live.emplace_back(s.fd, s.file_ino);
         return live;
     }
 
@@ -186,6 +199,8 @@ private:
             t.counter = s.counter >= 0 && uint32_t(s.counter) < kCounters ? s.counter : -1;
             t.count_bytes = s.count_bytes;
             t.device_atomics = s.device_atomics != 0;
+            t.start = s.start;
+            t.by_cma = s.fd == kByCma;
             // Read after the fields: unchanged, they are the live slot's (a seqlock's check).
             std::atomic_thread_fence(std::memory_order_acquire);
             if (s.gen.load(std::memory_order_relaxed) != gen) return Target{};
@@ -199,6 +214,7 @@ private:
     uint64_t version_ = ~uint64_t(0);
     uint64_t files_version_ = ~uint64_t(0);
     bool changed_ = false;
+    bool cma_refused_ = false;
     std::unordered_map<Key, Target, EntryKeyHash> cache_;  // node-based: last_ stays valid
     Key last_key_{};
     Target *last_ = nullptr;

@@ -138,7 +138,9 @@ void Engine::export_remote(Ni *n, Pt &pt, Entry *e) {
         return;
     // Registration pins the pages the entry has now: the shm path's adoption, which maps new
     // ones at the same addresses, must come first.
-    if (exports_ && e->export_slot < 0) return;
+    // Nor over memory peers on this host reach by cross-memory attach: a later adoption of its
+    // pages (another entry's) would leave the registration on the old ones.
+    if (exports_ && (e->export_slot < 0 || exports_->slots[e->export_slot].fd == direct::kByCma)) return;
     uint64_t key = 0, handle = 0;
     const bool device_atomics = (o & PTL_ME_OP_PUT) && rdma_->remote_atomics();
     if (!rdma_->remote_register(e->region.start, e->region.length, (o & PTL_ME_OP_PUT) != 0, device_atomics,

@@ -373,6 +373,7 @@ private:
     template <TrigKind kind>
     int try_direct_of(const DataOpArgs &a, const CheckedOp &c, bool in_call);
     void direct_atomic(TrigKind kind, const DataOpArgs &a, const CheckedOp &c, char *at);
+    bool cma_direct(bool write, const CheckedOp &c, uint64_t remote, uint64_t len, direct::PeerTable &table);
     // The direct path over RDMA (direct_remote.cc, remote_exports.h).
     void open_remote();
     void close_remote();
@@ -527,6 +528,7 @@ private:
     // tables of peers we reached, and whether peers were told we hold messages.
     direct::Area *exports_ = nullptr;
     bool light_marks_ = false;  // registered for the owners' membarrier (asymmetric_fence.h)
+    bool cma_exports_ = false;  // entries not on a memory file are exported too (direct::kByCma)
     std::vector<Entry *> export_owner_;
     std::vector<Ct *> counter_owner_;
     std::vector<Ct *> remote_cts_;  // the CTs among them, for take_remote_counts

@@ -48,20 +48,30 @@ void Engine::on_verbs_control(const InMessage &m) {
 // 18-20), and 2.1 on an Intel Xeon guest, where cross-memory attach won from 32 KiB (Open MPI
 // 256 KiB 14.5 us against the ring's 26.5; UCX's sm 12.3). The ring copies twice and its
 // lines cross cores: cross-memory attach wins once it costs less than ~4 copies.
-void Engine::choose_shm_copy_max() {
-    constexpr size_t kProbeBytes = 65536;
-    constexpr double kCmaWinsBelow = 4.0;
-    constexpr uint64_t kRingMax = 262144;
-    double cma_ns = 0, copy_ns = 0;
-    const double ratio = cma_cost_ratio(kProbeBytes, &cma_ns, &copy_ns);
-    // Yama's ptrace_scope 2 and 3 refuse cross-memory attach to other processes (our own
-    // memory, which the probe reads, stays open): the ring then carries what it can.
+namespace {
+
+// Yama's ptrace_scope 2 and 3 refuse cross-memory attach to other processes (our own memory
+// stays open); 1 lets peers in once we consent (the shm wire does).
+bool peers_may_attach() {
     int ptrace_scope = 0;
     if (FILE *f = std::fopen("/proc/sys/kernel/yama/ptrace_scope", "r")) {
         if (std::fscanf(f, "%d", &ptrace_scope) != 1) ptrace_scope = 0;
         std::fclose(f);
     }
-    cfg_.shm_copy_max = ratio < kCmaWinsBelow && ptrace_scope < 2 ? 0 : kRingMax;
+    return ptrace_scope < 2;
+}
+
+}  // namespace
+
+void Engine::choose_shm_copy_max() {
+    constexpr size_t kProbeBytes = 65536;
+    constexpr double kCmaWinsBelow = 4.0;
+    constexpr uint64_t kRingMax = 262144;
+    double cma_ns = 0, copy_ns = 0;
+    // The probe reads our own memory, which Yama leaves open: where peers may not attach,
+    // the ring carries what it can.
+    const double ratio = cma_cost_ratio(kProbeBytes, &cma_ns, &copy_ns);
+    cfg_.shm_copy_max = ratio < kCmaWinsBelow && peers_may_attach() ? 0 : kRingMax;
     if (cfg_.debug)
         std::fprintf(
             stderr,
@@ -113,6 +123,7 @@ int Engine::open_physical(ptl_pid_t pid) {
         return PTL_NO_SPACE;
     }
     open_exports();
+    cma_exports_ = exports_ && peers_may_attach();
     if (cfg_.shm_copy_max_auto) choose_shm_copy_max();
     if (cfg_.wire != WireChoice::Shm) {
         tcp::TcpConfig tc;

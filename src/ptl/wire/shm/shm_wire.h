@@ -202,6 +202,9 @@ public:
     // A peer's adopted pages (its `fd`, inode `ino`, of length `len`), mapped here; null if they
     // cannot be.
     char *map_peer_pages(PeerId id, int fd, uint64_t ino, uint64_t len);
+    // Moves data between our memory and the peer's by cross-memory attach (counted as a kernel
+    // copy); false with errno set where it could not (a dead peer is then known dead).
+    bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write);
 
 private:
     ShmWire() = default;
@@ -210,7 +213,6 @@ private:
     Peer *find_peer(PeerId id);
     bool flush_backlog(Peer &p);
     int flush_backlogs();  // the peers whose backlog moved on
-    bool cma(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write);
     // The same through our mappings of the peer's adopted files, where every remote piece's key
     // names one that holds it; false (nothing moved) where one does not.
     bool copy_mapped(PeerId peer, const struct iovec *local, int nl, const struct iovec *remote, int nr,
