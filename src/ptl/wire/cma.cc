@@ -26,14 +26,13 @@ void advance(std::vector<struct iovec> &v, size_t &i, size_t k) {
     while (i < v.size() && v[i].iov_len == 0) ++i;
 }
 
-}  // namespace
-
-bool cma_transfer(pid_t pid, const struct iovec *local, int nl, const struct iovec *remote, int nr,
-                  bool write) {
+// What is left of a transfer after `done` bytes, in calls of at most 1024 pieces a side.
+bool cma_rest(pid_t pid, const struct iovec *local, int nl, const struct iovec *remote, int nr, bool write,
+              size_t done) {
     std::vector<struct iovec> l(local, local + nl), r(remote, remote + nr);
     size_t li = 0, ri = 0;
-    advance(l, li, 0);
-    advance(r, ri, 0);
+    advance(l, li, done);
+    advance(r, ri, done);
     while (li < l.size() && ri < r.size()) {
         const int lc = int(std::min<size_t>(l.size() - li, 1024));
         const int rc = int(std::min<size_t>(r.size() - ri, 1024));
@@ -48,6 +47,31 @@ bool cma_transfer(pid_t pid, const struct iovec *local, int nl, const struct iov
         advance(r, ri, size_t(n));
     }
     return true;
+}
+
+}  // namespace
+
+bool cma_transfer(pid_t pid, const struct iovec *local, int nl, const struct iovec *remote, int nr,
+                  bool write) {
+    // The common case first, without copying the lists: one call that moves everything.
+    if (nl > 0 && nr > 0 && nl <= 1024 && nr <= 1024) {
+        size_t from = 0, to = 0;
+        for (int i = 0; i < nl; ++i) from += local[i].iov_len;
+        for (int i = 0; i < nr; ++i) to += remote[i].iov_len;
+        const size_t want = std::min(from, to);  // the shorter list ends the transfer
+        const ssize_t n = write ? process_vm_writev(pid, local, nl, remote, nr, 0)
+                                : process_vm_readv(pid, local, nl, remote, nr, 0);
+        if (n < 0) return false;
+        if (size_t(n) == want) return true;
+        if (n == 0) {
+            errno = EFAULT;
+            return false;
+        }
+        // Short (a list longer than the remote one, or more than the kernel moves at once):
+        // the rest below, from where it stopped.
+        return cma_rest(pid, local, nl, remote, nr, write, size_t(n));
+    }
+    return cma_rest(pid, local, nl, remote, nr, write, 0);
 }
 
 double cma_cost_ratio(size_t bytes, double *cma_ns, double *copy_ns) {
