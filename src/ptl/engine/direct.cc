@@ -5,14 +5,16 @@
 // and that is the entry the match would pick for its key (the first LE of its portal; an ME
 // with no ignore bits and any source, first for its match bits, no wildcard ME before it) is
 // exported: its pages are adopted into a memory file (shared_pages.h) and a slot of the
-// export table (direct_exports.h) says where. Unlinking it, disabling its portal (by the
+// export table (direct_exports.h) says where; memory that cannot be adopted is exported for
+// cross-memory attach at its address instead (direct::kByCma). Unlinking it, disabling its portal (by the
 // application or by flow control) or closing the NI revokes the slot and waits out the peers
 // inside it before returning.
 //
 // Initiator side: an operation to a peer on this host whose table has a live slot for its
 // key, whose permissions and bounds hold, and which has handled every message we sent it
 // before (the ordering rule: a direct operation never overtakes an earlier message) is done
-// here: data by loads and stores through the mapped file, atomics by CPU compare-and-swap.
+// here: data by loads and stores through the mapped file (or, for a kByCma slot and a large
+// put or get, one process_vm_writev/readv), atomics by CPU compare-and-swap.
 // Whatever the slot does not allow, the message path does, so every violation is reported by
 // the target exactly as before. The initiator's own events (SEND, ACK, REPLY) and counts are
 // posted as the responses would have made them.
