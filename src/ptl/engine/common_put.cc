@@ -80,8 +80,10 @@ int Engine::common_put(const DataOpArgs &a) {
     if (const uint64_t version = table ? table->version() : 0;
         table && !(version == t->unexported_version && a.pt_index == t->unexported_pt &&
                    a.match_bits == t->unexported_bits)) {
-        if (table->find(r.header.ni_index, uint16_t(a.pt_index), a.match_bits, r.matching).slot >= 0)
-            return kNotCommon;
+        // An entry peers reach by cross-memory attach takes none of these small puts directly.
+        const direct::Target &found =
+            table->find(r.header.ni_index, uint16_t(a.pt_index), a.match_bits, r.matching);
+        if (found.slot >= 0 && !found.by_cma) return kNotCommon;
         t->unexported_version = version;  // read first: a later change is seen next time
         t->unexported_pt = a.pt_index;
         t->unexported_bits = a.match_bits;

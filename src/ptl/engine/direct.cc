@@ -93,8 +93,9 @@ void Engine::export_shared(Ni *n, Pt &pt, Entry *e) {
     shm::SharedRange r;
     const bool adopted = shm_->adopt_pages(e->region.start, e->region.length, &r);
     if (!adopted) {
-        // Peers reach it by cross-memory attach, where a message would take one (direct_exports.h).
-        if (!cma_exports_) {
+        // Peers reach it by cross-memory attach, where a message would take one (direct_exports.h):
+        // not an entry no larger than that, which would cost a slot and a revocation for nothing.
+        if (!cma_exports_ || e->region.length <= cfg_.rndv_threshold) {
             PTL_TRACE(trace_.get(), "ni%u pt %u %s 0x%x not exported: its memory is not whole private pages",
                       n->index, e->pt, e->is_me ? "me" : "le", e->handle);
             return;
