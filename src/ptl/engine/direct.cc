@@ -6,9 +6,9 @@
 // with no ignore bits and any source, first for its match bits, no wildcard ME before it) is
 // exported: its pages are adopted into a memory file (shared_pages.h) and a slot of the
 // export table (direct_exports.h) says where; memory that cannot be adopted is exported for
-// cross-memory attach at its address instead (direct::kByCma). Unlinking it, disabling its portal (by the
-// application or by flow control) or closing the NI revokes the slot and waits out the peers
-// inside it before returning.
+// cross-memory attach at its address instead (direct::kByCma). Unlinking it, disabling its
+// portal (by the application or by flow control) or closing the NI revokes the slot and waits
+// out the peers inside it before returning.
 //
 // Initiator side: an operation to a peer on this host whose table has a live slot for its
 // key, whose permissions and bounds hold, and which has handled every message we sent it

@@ -41,13 +41,6 @@ void Engine::on_verbs_control(const InMessage &m) {
     if (c.kind == uint8_t(verbs::ControlKind::Connect) && tcp_) verbs::send_reject(*tcp_, m.from, c.epoch);
 }
 
-// PTL_SHM_COPY_MAX=auto. Memory a peer cannot map moves through the ring (two copies, as
-// UCX's sm) or by one cross-memory attach, whichever this machine makes faster: measured on
-// two VMs of the project (issue 58), 64 KiB by process_vm_readv took 10.5 memcpys on an AMD
-// EPYC guest, where the ring won up to 256 KiB (MPI one-way 7.6-8.6 us at 256 KiB against
-// 18-20), and 2.1 on an Intel Xeon guest, where cross-memory attach won from 32 KiB (Open MPI
-// 256 KiB 14.5 us against the ring's 26.5; UCX's sm 12.3). The ring copies twice and its
-// lines cross cores: cross-memory attach wins once it costs less than ~4 copies.
 namespace {
 
 // Yama's ptrace_scope 2 and 3 refuse cross-memory attach to other processes (our own memory
@@ -63,6 +56,13 @@ bool peers_may_attach() {
 
 }  // namespace
 
+// PTL_SHM_COPY_MAX=auto. Memory a peer cannot map moves through the ring (two copies, as
+// UCX's sm) or by one cross-memory attach, whichever this machine makes faster: measured on
+// two VMs of the project (issue 58), 64 KiB by process_vm_readv took 10.5 memcpys on an AMD
+// EPYC guest, where the ring won up to 256 KiB (MPI one-way 7.6-8.6 us at 256 KiB against
+// 18-20), and 2.1 on an Intel Xeon guest, where cross-memory attach won from 32 KiB (Open MPI
+// 256 KiB 14.5 us against the ring's 26.5; UCX's sm 12.3). The ring copies twice and its
+// lines cross cores: cross-memory attach wins once it costs less than ~4 copies.
 void Engine::choose_shm_copy_max() {
     constexpr size_t kProbeBytes = 65536;
     constexpr double kCmaWinsBelow = 4.0;
